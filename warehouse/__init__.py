@@ -1,0 +1,1 @@
+"""warehouse: see README.md."""

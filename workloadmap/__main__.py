@@ -1,0 +1,3 @@
+from workloadmap.cli.main import main
+
+main()
