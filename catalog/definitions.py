@@ -1,0 +1,336 @@
+"""Definitions: the in-memory model of one Workload Map definition.
+
+A definition arrives as a document of kind ``ResourceInterface``
+(optimization.nvidia.com/v1alpha1), ``Karta`` (run.ai/v1alpha1) or our
+``WorkloadMap`` (workloadmap.io/v1alpha1); all three share one spec.  Building
+the model compiles every jq expression once, so resolving an object never
+parses jq again.  Documents are checked by ``validating.py`` before they are
+built here; this module assumes a valid document.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from . import jqlang
+
+DEFINITION_KINDS = {
+    ("optimization.nvidia.com/v1alpha1", "ResourceInterface"),
+    ("run.ai/v1alpha1", "Karta"),
+    ("workloadmap.io/v1alpha1", "WorkloadMap"),
+}
+
+# statusMappings keys and the statuses they map to, highest precedence first:
+# the resolved status of an object is the first of these that matched.
+STATUS_PRECEDENCE = [
+    ("failed", "Failed"),
+    ("completed", "Completed"),
+    ("suspended", "Suspended"),
+    ("suspending", "Suspending"),
+    ("resuming", "Resuming"),
+    ("degraded", "Degraded"),
+    ("running", "Running"),
+    ("initializing", "Initializing"),
+]
+UNDEFINED = "Undefined"
+STATUSES = [status for _, status in STATUS_PRECEDENCE] + [UNDEFINED]
+
+FRAGMENT_FIELDS = {
+    "schedulerNamePath": "schedulerName",
+    "labelsPath": "labels",
+    "annotationsPath": "annotations",
+    "resourcesPath": "resources",
+    "resourceClaimsPath": "resourceClaims",
+    "podAffinityPath": "podAffinity",
+    "nodeAffinityPath": "nodeAffinity",
+    "containersPath": "containers",
+    "containerPath": "container",
+    "priorityClassNamePath": "priorityClassName",
+    "imagePath": "image",
+}
+
+ORIGINS = ("built-in", "file", "cluster")
+
+
+@dataclass(frozen=True)
+class GVK:
+    group: str
+    version: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @classmethod
+    def parse(cls, api_version: str, kind: str) -> "GVK":
+        group, _, version = api_version.rpartition("/")
+        return cls(group, version, kind)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GVK":
+        return cls(d.get("group", ""), d.get("version", ""), d.get("kind", ""))
+
+    def __str__(self):
+        return f"{self.kind}.{self.group}/{self.version}" if self.group else f"{self.kind}/{self.version}"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A compiled jq expression and the definition field it came from."""
+
+    field: str
+    program: jqlang.Program
+
+    @property
+    def source(self) -> str:
+        return self.program.source
+
+
+@dataclass
+class SpecDefinition:
+    pod_template: Expr | None = None
+    pod_spec: Expr | None = None
+    metadata: Expr | None = None
+    fragments: dict[str, Expr] = field(default_factory=dict)  # pod field name -> path
+
+
+@dataclass
+class ScaleDefinition:
+    replicas: Expr | None = None
+    min_replicas: Expr | None = None
+    max_replicas: Expr | None = None
+    pods_per_replica: Expr | None = None
+
+
+@dataclass
+class ExpectedCondition:
+    type: str
+    status: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class StatusMatcher:
+    phase: str | None = None
+    conditions: list[ExpectedCondition] = field(default_factory=list)
+    expression: Expr | None = None
+    expected_result: str | None = None
+
+
+@dataclass
+class StatusDefinition:
+    phase: Expr | None = None
+    conditions: Expr | None = None
+    type_field: str = "type"
+    status_field: str = "status"
+    message_field: str = "message"
+    reason_field: str = "reason"
+    mappings: dict[str, list[StatusMatcher]] = field(default_factory=dict)  # status -> matchers
+
+
+@dataclass
+class SuspendAction:
+    path: Expr
+    value: object
+
+
+@dataclass
+class SuspendDefinition:
+    suspend: list[SuspendAction]
+    resume: list[SuspendAction]
+
+
+@dataclass
+class PodSelector:
+    type_key: Expr | None = None
+    type_value: str | None = None
+    instance_id: Expr | None = None
+    replica_key: Expr | None = None
+
+
+@dataclass
+class Component:
+    name: str
+    kind: GVK | None = None
+    owner: str | None = None
+    spec: SpecDefinition | None = None
+    scale: ScaleDefinition | None = None
+    status: StatusDefinition | None = None
+    suspend: SuspendDefinition | None = None
+    instance_id: Expr | None = None
+    selector: PodSelector | None = None
+    parent: "Component | None" = None
+    children: list["Component"] = field(default_factory=list)
+
+    @property
+    def ancestors(self):
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+
+@dataclass
+class GangMember:
+    component: str
+    group_by: list[Expr] = field(default_factory=list)
+    filters: list[Expr] = field(default_factory=list)
+
+
+@dataclass
+class PodGroup:
+    name: str
+    members: list[GangMember]
+
+
+@dataclass
+class Definition:
+    name: str
+    origin: str
+    source: str
+    framework: str
+    root: Component
+    components: list[Component]          # root first, then parents before children
+    additional_child_kinds: list[GVK]
+    pod_groups: list[PodGroup]
+    document: dict
+
+    @property
+    def gvk(self) -> GVK:
+        return self.root.kind
+
+    def component(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def _expr(path: str, value) -> Expr | None:
+    if value is None:
+        return None
+    return Expr(path, jqlang.compile(value))
+
+
+def _component(d: dict, path: str) -> Component:
+    comp = Component(name=d["name"], owner=d.get("ownerRef"))
+    if d.get("kind"):
+        comp.kind = GVK.from_dict(d["kind"])
+    comp.instance_id = _expr(f"{path}.instanceIdPath", d.get("instanceIdPath"))
+    if (spec := d.get("specDefinition")) is not None:
+        sp = f"{path}.specDefinition"
+        frag = spec.get("fragmentedPodSpecDefinition") or {}
+        comp.spec = SpecDefinition(
+            pod_template=_expr(f"{sp}.podTemplateSpecPath", spec.get("podTemplateSpecPath")),
+            pod_spec=_expr(f"{sp}.podSpecPath", spec.get("podSpecPath")),
+            metadata=_expr(f"{sp}.metadataPath", spec.get("metadataPath")),
+            fragments={FRAGMENT_FIELDS[k]: _expr(f"{sp}.fragmentedPodSpecDefinition.{k}", v)
+                       for k, v in frag.items() if v is not None},
+        )
+    if (scale := d.get("scaleDefinition")) is not None:
+        sp = f"{path}.scaleDefinition"
+        comp.scale = ScaleDefinition(
+            replicas=_expr(f"{sp}.replicasPath", scale.get("replicasPath")),
+            min_replicas=_expr(f"{sp}.minReplicasPath", scale.get("minReplicasPath")),
+            max_replicas=_expr(f"{sp}.maxReplicasPath", scale.get("maxReplicasPath")),
+            pods_per_replica=_expr(f"{sp}.podsPerReplicaPath", scale.get("podsPerReplicaPath")),
+        )
+    if (status := d.get("statusDefinition")) is not None:
+        comp.status = _status(status, f"{path}.statusDefinition")
+    if (suspend := d.get("suspendDefinition")) is not None:
+        sp = f"{path}.suspendDefinition"
+        comp.suspend = SuspendDefinition(
+            suspend=[SuspendAction(_expr(f"{sp}.suspendActions[{i}].path", a["path"]), json.loads(a["value"]))
+                     for i, a in enumerate(suspend.get("suspendActions") or [])],
+            resume=[SuspendAction(_expr(f"{sp}.resumeActions[{i}].path", a["path"]), json.loads(a["value"]))
+                    for i, a in enumerate(suspend.get("resumeActions") or [])],
+        )
+    if (sel := d.get("podSelector")) is not None:
+        sp = f"{path}.podSelector"
+        ts = sel.get("componentTypeSelector") or {}
+        comp.selector = PodSelector(
+            type_key=_expr(f"{sp}.componentTypeSelector.keyPath", ts.get("keyPath")),
+            type_value=ts.get("value"),
+            instance_id=_expr(f"{sp}.componentInstanceSelector.idPath",
+                              (sel.get("componentInstanceSelector") or {}).get("idPath")),
+            replica_key=_expr(f"{sp}.replicaSelector.keyPath", (sel.get("replicaSelector") or {}).get("keyPath")),
+        )
+    return comp
+
+
+def _status(d: dict, path: str) -> StatusDefinition:
+    sd = StatusDefinition()
+    if (phase := d.get("phaseDefinition")) is not None:
+        sd.phase = _expr(f"{path}.phaseDefinition.path", phase.get("path"))
+    if (cond := d.get("conditionsDefinition")) is not None:
+        sd.conditions = _expr(f"{path}.conditionsDefinition.path", cond.get("path"))
+        # upstream's defaults, applied on load
+        sd.type_field = cond.get("typeFieldName") or "type"
+        sd.status_field = cond.get("statusFieldName") or "status"
+        sd.message_field = cond.get("messageFieldName") or "message"
+        sd.reason_field = cond.get("reasonFieldName") or "reason"
+    mappings = d.get("statusMappings") or {}
+    for key, status in STATUS_PRECEDENCE:
+        matchers = []
+        for i, m in enumerate(mappings.get(key) or []):
+            expr = m.get("byExpression")
+            matchers.append(StatusMatcher(
+                phase=m.get("byPhase") or None,
+                conditions=[ExpectedCondition(c["type"], c.get("status"), c.get("reason"))
+                            for c in m.get("byConditions") or []],
+                expression=_expr(f"{path}.statusMappings.{key}[{i}].byExpression.expression",
+                                 expr["expression"]) if expr else None,
+                expected_result=expr["expectedResult"] if expr else None,
+            ))
+        if matchers:
+            sd.mappings[status] = matchers
+    return sd
+
+
+def build_definition(doc: dict, origin: str, source: str) -> Definition:
+    """The model of a valid definition document (see validating.load_definition)."""
+    spec = doc["spec"]
+    structure = spec["structureDefinition"]
+    sp = "spec.structureDefinition"
+    root = _component(structure["rootComponent"], f"{sp}.rootComponent")
+    children = [_component(c, f"{sp}.childComponents[{i}]")
+                for i, c in enumerate(structure.get("childComponents") or [])]
+    by_name = {c.name: c for c in [root, *children]}
+    for c in children:
+        c.parent = by_name[c.owner]
+        c.parent.children.append(c)
+    ordered, queue = [], [root]
+    while queue:
+        node = queue.pop(0)
+        ordered.append(node)
+        queue.extend(node.children)
+    gang = (spec.get("optimizationInstructions") or {}).get("gangScheduling") or {}
+    groups = []
+    gp = "spec.optimizationInstructions.gangScheduling"
+    for gi, g in enumerate(gang.get("podGroups") or []):
+        groups.append(PodGroup(g["name"], [_member(m, f"{gp}.podGroups[{gi}].members[{mi}]")
+                                           for mi, m in enumerate(g.get("members") or [])]))
+    if (pg := gang.get("podGroup")) is not None:
+        groups.append(PodGroup(pg["name"], [_member(m, f"{gp}.podGroup.subGroups[{mi}]")
+                                            for mi, m in enumerate(pg.get("subGroups") or [])]))
+    return Definition(
+        name=(doc.get("metadata") or {}).get("name") or root.name,
+        origin=origin,
+        source=source,
+        framework=spec.get("framework") or root.kind.kind,
+        root=root,
+        components=ordered,
+        additional_child_kinds=[GVK.from_dict(k) for k in structure.get("additionalChildKinds") or []],
+        pod_groups=groups,
+        document=doc,
+    )
+
+
+def _member(m: dict, path: str) -> GangMember:
+    return GangMember(
+        component=m["componentName"],
+        group_by=[_expr(f"{path}.groupByKeyPaths[{i}]", p) for i, p in enumerate(m.get("groupByKeyPaths") or [])],
+        filters=[_expr(f"{path}.filters[{i}]", p) for i, p in enumerate(m.get("filters") or [])],
+    )

@@ -1,0 +1,129 @@
+"""The catalog: definitions indexed by the kind they describe.
+
+Built-in definitions ship with the package; files add to them; definitions
+applied to a cluster override both for the same kind.  Look-up is by API
+group and kind; a definition written for one version of a kind serves the
+others when no definition names that exact version (CRD versions of one kind
+usually share their shape), and the exact version always wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+
+from .definitions import GVK, Definition
+from .resolving import DEFAULT_RESOLVER, Resolver, object_ref
+from .validating import DefinitionError, Problem, load_definition, read_documents
+
+_ORIGIN_RANK = {"built-in": 0, "file": 1, "cluster": 2}
+
+
+class UnknownKindError(LookupError):
+    """No definition describes an object's kind."""
+
+    def __init__(self, api_version: str, kind: str, suggestions: list[str], obj_ref: str = ""):
+        self.api_version = api_version
+        self.kind = kind
+        self.suggestions = suggestions
+        hint = f"; closest known kinds: {', '.join(suggestions)}" if suggestions else ""
+        where = f"{obj_ref}: " if obj_ref else ""
+        super().__init__(f"{where}no definition for kind {kind!r} ({api_version}){hint}")
+
+
+class Catalog:
+    def __init__(self, definitions=(), resolver: Resolver = DEFAULT_RESOLVER):
+        self.resolver = resolver
+        self._by_name: dict[str, Definition] = {}
+        self._by_kind: dict[tuple[str, str], list[Definition]] = {}
+        for d in definitions:
+            self.add(d)
+
+    # -- building -----------------------------------------------------------
+    @classmethod
+    def builtin(cls, resolver: Resolver = DEFAULT_RESOLVER) -> "Catalog":
+        catalog = cls(resolver=resolver)
+        folder = resources.files("workloadmap.catalog").joinpath("builtin")
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            if entry.name.endswith(".yaml"):
+                source = f"built-in:{entry.name}"
+                for doc in read_documents(entry.read_text(encoding="utf-8"), source):
+                    catalog.add(load_definition(doc, "built-in", source))
+        return catalog
+
+    def add(self, definition: Definition) -> None:
+        """Add a definition; a later one of equal or higher origin replaces one for the same kind."""
+        key = (definition.gvk.group, definition.gvk.kind)
+        existing = self._by_kind.setdefault(key, [])
+        for old in list(existing):
+            if old.gvk.version == definition.gvk.version:
+                if _ORIGIN_RANK[old.origin] > _ORIGIN_RANK[definition.origin]:
+                    return
+                existing.remove(old)
+                self._by_name.pop(old.name, None)
+        existing.append(definition)
+        self._by_name[definition.name] = definition
+
+    def add_file(self, path: str, origin: str = "file") -> list[Definition]:
+        with open(path, encoding="utf-8") as fh:
+            docs = read_documents(fh.read(), path)
+        problems: list[Problem] = []
+        loaded = []
+        for doc in docs:
+            try:
+                loaded.append(load_definition(doc, origin, path))
+            except DefinitionError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise DefinitionError(problems)
+        for d in loaded:
+            self.add(d)
+        return loaded
+
+    # -- reading ------------------------------------------------------------
+    def __iter__(self):
+        return iter(sorted(self._by_name.values(), key=lambda d: d.name))
+
+    def __len__(self):
+        return len(self._by_name)
+
+    def get(self, name: str) -> Definition:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self._by_name), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise KeyError(f"no definition named {name!r}{hint}") from None
+
+    def kinds(self) -> list[GVK]:
+        return sorted({d.gvk for d in self._by_name.values()}, key=str)
+
+    def find(self, api_version: str, kind: str) -> Definition:
+        group, _, version = (api_version or "").rpartition("/")
+        candidates = self._by_kind.get((group, kind))
+        if not candidates:
+            raise UnknownKindError(api_version, kind, self.suggest(kind))
+        for d in candidates:
+            if d.gvk.version == version:
+                return d
+        return max(candidates, key=lambda d: _ORIGIN_RANK[d.origin])
+
+    def suggest(self, kind: str) -> list[str]:
+        known = {}
+        for (group, k), defs in self._by_kind.items():
+            known.setdefault(k.lower(), f"{k} ({defs[0].gvk.api_version})")
+        close = difflib.get_close_matches(str(kind).lower(), list(known), n=3, cutoff=0.6)
+        return [known[c] for c in close]
+
+    def definition_for(self, obj: dict) -> Definition:
+        if not isinstance(obj, dict) or not obj.get("kind"):
+            raise UnknownKindError(str(obj.get("apiVersion", "")) if isinstance(obj, dict) else "", "", [],
+                                   object_ref(obj))
+        try:
+            return self.find(str(obj.get("apiVersion") or ""), str(obj["kind"]))
+        except UnknownKindError as exc:
+            raise UnknownKindError(exc.api_version, exc.kind, exc.suggestions, object_ref(obj)) from None
+
+    def resolve(self, obj: dict):
+        """Resolve an object through the definition of its kind."""
+        return self.resolver.resolve(obj, self.definition_for(obj))

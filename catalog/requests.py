@@ -1,0 +1,153 @@
+"""Effective resource requests of a pod, the way the Kubernetes scheduler counts them.
+
+Per container, a resource's request defaults to its limit.  The pod needs
+max(Σ app containers + Σ restartable (sidecar) init containers,
+    max over init containers i of (init_i + Σ sidecars started before i)),
+plus the pod's overhead.  GPUs are the sum of the resources whose names match
+the configured GPU patterns (``nvidia.com/gpu``, ``nvidia.com/mig-*``,
+``amd.com/gpu`` by default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from fractions import Fraction
+from functools import lru_cache
+
+from .quantities import QuantityError, parse_quantity
+
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu")
+
+
+class RequestError(ValueError):
+    """A pod spec whose resources cannot be read (names the container and field)."""
+
+
+@dataclass
+class Resources:
+    """GPUs, CPU cores and memory bytes; `gpus` breaks GPUs down by resource name."""
+
+    gpu: float = 0
+    cpu: float = 0
+    memory: int = 0
+    gpus: dict = field(default_factory=dict)
+
+    def scaled(self, n: int) -> "Resources":
+        return Resources(_num(self.gpu * n), _num(self.cpu * n), int(self.memory * n),
+                         {k: _num(v * n) for k, v in self.gpus.items()})
+
+    def add(self, other: "Resources") -> None:
+        self.gpu = _num(self.gpu + other.gpu)
+        self.cpu = _num(self.cpu + other.cpu)
+        self.memory += other.memory
+        for k, v in other.gpus.items():
+            self.gpus[k] = _num(self.gpus.get(k, 0) + v)
+
+    def to_dict(self) -> dict:
+        out = {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory}
+        if self.gpus:
+            out["gpuResources"] = dict(sorted(self.gpus.items()))
+        return out
+
+
+def _num(v):
+    """Whole numbers as int, the rest as float, for stable JSON."""
+    if isinstance(v, Fraction):
+        v = v.numerator if v.denominator == 1 else float(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+class GpuMatcher:
+    """Which resource names count as GPUs."""
+
+    def __init__(self, patterns=DEFAULT_GPU_RESOURCES):
+        self.patterns = tuple(patterns)
+        self._is_gpu = lru_cache(maxsize=1024)(self._match)
+
+    def _match(self, name: str) -> bool:
+        return any(fnmatchcase(name, p) for p in self.patterns)
+
+    def __call__(self, name: str) -> bool:
+        return self._is_gpu(name)
+
+
+DEFAULT_GPUS = GpuMatcher()
+
+
+def _container_request(c, where: str) -> dict:
+    if not isinstance(c, dict):
+        raise RequestError(f"{where}: a container must be an object, got {type(c).__name__}")
+    res = c.get("resources")
+    if res is None:
+        return {}
+    if not isinstance(res, dict):
+        raise RequestError(f"{where}.resources: must be an object")
+    limits = res.get("limits") or {}
+    requests = res.get("requests") or {}
+    if not isinstance(limits, dict) or not isinstance(requests, dict):
+        raise RequestError(f"{where}.resources: requests and limits must be objects")
+    out = {}
+    for name in {**limits, **requests}:
+        value = requests[name] if name in requests else limits[name]
+        try:
+            out[name] = parse_quantity(value)
+        except QuantityError as exc:
+            raise RequestError(f"{where}.resources {name}: {exc}") from None
+    return out
+
+
+def _add_into(acc: dict, req: dict):
+    for k, v in req.items():
+        acc[k] = acc.get(k, 0) + v
+
+
+def effective_request(spec, gpus: GpuMatcher = DEFAULT_GPUS, where: str = "spec") -> Resources:
+    """The scheduler's view of one pod spec's requests."""
+    if spec is None:
+        return Resources()
+    if not isinstance(spec, dict):
+        raise RequestError(f"{where}: a pod spec must be an object, got {type(spec).__name__}")
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(inits, list):
+        raise RequestError(f"{where}: containers and initContainers must be lists")
+    total: dict = {}
+    for i, c in enumerate(containers):
+        _add_into(total, _container_request(c, f"{where}.containers[{i}]"))
+    sidecars: dict = {}
+    init_peak: dict = {}
+    for i, c in enumerate(inits):
+        req = _container_request(c, f"{where}.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            _add_into(sidecars, req)
+            candidate = dict(sidecars)
+        else:
+            candidate = dict(sidecars)
+            _add_into(candidate, req)
+        for k, v in candidate.items():
+            if v > init_peak.get(k, 0):
+                init_peak[k] = v
+    _add_into(total, sidecars)
+    for k, v in init_peak.items():
+        if v > total.get(k, 0):
+            total[k] = v
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        _add_into(total, _container_request({"resources": {"requests": overhead}}, f"{where}.overhead"))
+    return to_resources(total, gpus)
+
+
+def to_resources(amounts: dict, gpus: GpuMatcher = DEFAULT_GPUS) -> Resources:
+    out = Resources()
+    for name, amount in amounts.items():
+        if name == "cpu":
+            out.cpu = _num(amount)
+        elif name == "memory":
+            out.memory = int(amount)
+        elif gpus(name):
+            out.gpus[name] = _num(amount)
+    out.gpu = _num(sum(Fraction(v) for v in out.gpus.values()))
+    return out

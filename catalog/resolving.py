@@ -1,0 +1,289 @@
+"""Resolving a live object through its definition into a ResolvedWorkload.
+
+Resolution evaluates the definition's compiled jq paths against the object:
+identity, status, then per component its instances, pod template, scale and
+effective pod requests.  Any failure raises :class:`ResolveError`, which names
+the definition, the field and the object, so a bad object or a bad definition
+is diagnosed from one line.
+"""
+
+from __future__ import annotations
+
+from .definitions import Component, Definition, Expr
+from .jqlang import JqError
+from .jqlang.values import tostring
+from .requests import DEFAULT_GPUS, GpuMatcher, RequestError, Resources, effective_request
+from .statuses import as_text, match_statuses, resolve_status
+from .workloads import ComponentView, ResolvedWorkload
+
+
+class ResolveError(ValueError):
+    """An object could not be resolved through a definition."""
+
+    def __init__(self, definition: str, field: str, obj_ref: str, reason: str):
+        self.definition = definition
+        self.field = field
+        self.object = obj_ref
+        self.reason = reason
+        super().__init__(f"{obj_ref}: definition {definition!r}: {field}: {reason}")
+
+
+def object_ref(obj) -> str:
+    """`Kind namespace/name` of an object, for messages."""
+    if not isinstance(obj, dict):
+        return f"<{type(obj).__name__}>"
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = meta.get("name", "<unnamed>")
+    ns = meta.get("namespace")
+    return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
+
+
+class _Evaluation:
+    """The evaluation of one definition on one object (carries names for errors)."""
+
+    __slots__ = ("definition", "obj", "ref")
+
+    def __init__(self, definition: Definition, obj: dict):
+        self.definition = definition
+        self.obj = obj
+        self.ref = None
+
+    def fail(self, field: str, reason: str):
+        raise ResolveError(self.definition.name, field, self.ref or object_ref(self.obj), reason)
+
+    def outputs(self, expr: Expr, value=None):
+        try:
+            return expr.program.outputs(self.obj if value is None else value)
+        except JqError as exc:
+            self.fail(expr.field, f"jq expression {expr.source!r} failed: {exc}")
+
+    def first(self, expr: Expr | None):
+        if expr is None:
+            return None
+        out = self.outputs(expr)
+        return out[0] if out else None
+
+    def aligned(self, expr: Expr | None, n: int) -> list:
+        """One value per instance: n outputs, or one shared by all, or none (null)."""
+        if expr is None:
+            return [None] * n
+        out = self.outputs(expr)
+        if len(out) == n:
+            return out
+        if len(out) == 1:
+            return out * n
+        if not out:
+            return [None] * n
+        self.fail(expr.field, f"instance ids count ({n}) does not match results count ({len(out)}) of {expr.source!r}")
+
+    def count(self, field: str, value, *, minimum: int = 0) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            self.fail(field, f"expected a count, got {as_text(value)!r}")
+        if value < minimum or value > 10**9:
+            self.fail(field, f"count {value!r} out of range")
+        return int(value)
+
+
+class Resolver:
+    """Resolves objects; holds the GPU resource names to count."""
+
+    def __init__(self, gpus: GpuMatcher = DEFAULT_GPUS):
+        self.gpus = gpus
+
+    def resolve(self, obj: dict, definition: Definition) -> ResolvedWorkload:
+        if not isinstance(obj, dict):
+            raise ResolveError(definition.name, "", object_ref(obj), "an object must be a mapping")
+        ev = _Evaluation(definition, obj)
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            ev.fail("metadata", "metadata must be an object")
+        ev.ref = object_ref(obj)
+        status, statuses, phase, conditions = self._status(ev, definition.root)
+        views: list[ComponentView] = []
+        total = Resources()
+        pods = 0
+        for comp in definition.components:
+            for view in self._component(ev, comp):
+                views.append(view)
+                total.add(view.total)
+                pods += view.pods
+        generation = meta.get("generation")
+        return ResolvedWorkload(
+            api_version=obj.get("apiVersion") or definition.gvk.api_version,
+            kind=obj.get("kind") or definition.gvk.kind,
+            namespace=meta.get("namespace"),
+            name=meta.get("name"),
+            uid=meta.get("uid"),
+            resource_version=as_text(meta.get("resourceVersion")),
+            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
+            creation_timestamp=as_text(meta.get("creationTimestamp")),
+            definition=definition.name,
+            origin=definition.origin,
+            framework=definition.framework,
+            status=status,
+            statuses=statuses,
+            phase=phase,
+            conditions=conditions,
+            components=views,
+            total=total,
+            pods=pods,
+            labels=meta.get("labels") if isinstance(meta.get("labels"), dict) else {},
+        )
+
+    # -- status -------------------------------------------------------------
+    def _status(self, ev: _Evaluation, comp: Component):
+        sd = comp.status
+        if sd is None:
+            return resolve_status([]), [], None, []
+        phase = ev.first(sd.phase)
+        if phase is not None and not isinstance(phase, str):
+            phase = as_text(phase)
+        raw = ev.first(sd.conditions) if sd.conditions is not None else None
+        if raw is None:
+            raw = []
+        if not isinstance(raw, list):
+            ev.fail(sd.conditions.field, f"conditions must be a list, got {type(raw).__name__}")
+        conditions = []
+        for c in raw:
+            if not isinstance(c, dict):
+                ev.fail(sd.conditions.field, f"a condition must be an object, got {type(c).__name__}")
+            conditions.append({
+                "type": as_text(c.get(sd.type_field)),
+                "status": as_text(c.get(sd.status_field)) if not isinstance(c.get(sd.status_field), bool)
+                else ("True" if c.get(sd.status_field) else "False"),
+                "reason": as_text(c.get(sd.reason_field)),
+                "message": as_text(c.get(sd.message_field)),
+            })
+        matched = match_statuses(sd, phase, raw, ev.outputs)
+        return resolve_status(matched), matched, phase, conditions
+
+    # -- components ---------------------------------------------------------
+    def _component(self, ev: _Evaluation, comp: Component):
+        if comp.instance_id is not None:
+            ids = []
+            for v in ev.outputs(comp.instance_id):
+                if v is None:
+                    ev.fail(comp.instance_id.field, "an instance id is null")
+                ids.append(v if isinstance(v, str) else tostring(v))
+        else:
+            ids = [None]
+        n = len(ids)
+        if n == 0:
+            return []
+        templates = self._templates(ev, comp, n)
+        scale = comp.scale
+        replicas = ev.aligned(scale.replicas if scale else None, n)
+        mins = ev.aligned(scale.min_replicas if scale else None, n)
+        maxs = ev.aligned(scale.max_replicas if scale else None, n)
+        ppr = ev.aligned(scale.pods_per_replica if scale else None, n)
+        child_status = None
+        if comp.status is not None and comp is not ev.definition.root:
+            child_status = self._status(ev, comp)[0]
+        views = []
+        for i, instance in enumerate(ids):
+            r = ev.count(scale.replicas.field if scale and scale.replicas else "", replicas[i])
+            lo = ev.count(scale.min_replicas.field if scale and scale.min_replicas else "", mins[i])
+            hi = ev.count(scale.max_replicas.field if scale and scale.max_replicas else "", maxs[i])
+            per = ev.count(scale.pods_per_replica.field if scale and scale.pods_per_replica else "", ppr[i])
+            per = 1 if per is None else per
+            template = templates[i]
+            if template is not None:
+                base = r if r is not None else (lo if lo is not None else 1)
+                pods = base * per
+                try:
+                    per_pod = effective_request(template.get("spec"), self.gpus)
+                except RequestError as exc:
+                    ev.fail(self._spec_field(comp), f"instance {instance!r}: {exc}" if instance else str(exc))
+            else:
+                pods, per_pod = 0, Resources()
+            views.append(ComponentView(
+                name=comp.name,
+                instance=instance,
+                parent=comp.parent.name if comp.parent else None,
+                kind=str(comp.kind) if comp.kind else None,
+                replicas=r, min_replicas=lo, max_replicas=hi, pods_per_replica=per, pods=pods,
+                per_pod=per_pod, total=per_pod.scaled(pods), pod_template=template, status=child_status,
+            ))
+        return views
+
+    @staticmethod
+    def _spec_field(comp: Component) -> str:
+        spec = comp.spec
+        expr = spec.pod_template or spec.pod_spec or next(iter(spec.fragments.values()), None)
+        return expr.field.rsplit(".", 1)[0] if expr else "specDefinition"
+
+    def _templates(self, ev: _Evaluation, comp: Component, n: int) -> list:
+        """A PodTemplateSpec ({metadata, spec}) per instance, or None per instance without spec."""
+        spec = comp.spec
+        if spec is None:
+            return [None] * n
+        if spec.pod_template is not None:
+            out = []
+            for t in ev.aligned(spec.pod_template, n):
+                if t is None:
+                    out.append(None)
+                    continue
+                if not isinstance(t, dict):
+                    ev.fail(spec.pod_template.field, f"a pod template must be an object, got {type(t).__name__}")
+                out.append({"metadata": t.get("metadata") or {}, "spec": t.get("spec") or {}})
+            return out
+        if spec.pod_spec is not None:
+            specs = ev.aligned(spec.pod_spec, n)
+            metas = ev.aligned(spec.metadata, n)
+            out = []
+            for s, m in zip(specs, metas):
+                if s is None:
+                    out.append(None)
+                    continue
+                if not isinstance(s, dict):
+                    ev.fail(spec.pod_spec.field, f"a pod spec must be an object, got {type(s).__name__}")
+                out.append({"metadata": m if isinstance(m, dict) else {}, "spec": s})
+            return out
+        return self._fragmented(ev, spec.fragments, n)
+
+    def _fragmented(self, ev: _Evaluation, fragments: dict, n: int) -> list:
+        values = {name: ev.aligned(expr, n) for name, expr in fragments.items()}
+        out = []
+        for i in range(n):
+            got = {name: vals[i] for name, vals in values.items()}
+            containers = got.get("containers")
+            if containers is not None and not isinstance(containers, list):
+                ev.fail(fragments["containers"].field, f"containers must be a list, got {type(containers).__name__}")
+            if containers is None and got.get("container") is not None:
+                containers = [got["container"]]
+            if containers is None and (got.get("resources") is not None or got.get("image") is not None):
+                containers = [{"name": "main"}]
+            containers = [dict(c) if isinstance(c, dict) else c for c in containers or []]
+            if containers and isinstance(containers[0], dict):
+                if got.get("resources") is not None:
+                    containers[0]["resources"] = got["resources"]
+                if got.get("image") is not None:
+                    containers[0]["image"] = got["image"]
+            pod_spec = {"containers": containers}
+            if got.get("schedulerName") is not None:
+                pod_spec["schedulerName"] = got["schedulerName"]
+            if got.get("priorityClassName") is not None:
+                pod_spec["priorityClassName"] = got["priorityClassName"]
+            if got.get("resourceClaims") is not None:
+                pod_spec["resourceClaims"] = got["resourceClaims"]
+            affinity = {k: got[k] for k in ("podAffinity", "nodeAffinity") if got.get(k) is not None}
+            if affinity:
+                pod_spec["affinity"] = affinity
+            metadata = {k: got[k] for k in ("labels", "annotations") if isinstance(got.get(k), dict)}
+            has_any = any(v is not None for v in got.values())
+            out.append({"metadata": metadata, "spec": pod_spec} if has_any else None)
+        return out
+
+
+DEFAULT_RESOLVER = Resolver()
+
+
+def resolve(obj: dict, definition: Definition) -> ResolvedWorkload:
+    """Resolve one object with the default GPU resource names."""
+    return DEFAULT_RESOLVER.resolve(obj, definition)

@@ -1,0 +1,291 @@
+"""Validating definition documents: schema, jq, and the rules between fields.
+
+Every problem names the file, the definition, the field path and the reason,
+and all problems of a document are reported at once, so an author fixes a
+definition in one round.  The same checks run when a catalog loads, whatever
+the origin of the definition (built-in, file, cluster).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import jsonschema
+import yaml
+
+from . import jqlang
+from .definitions import DEFINITION_KINDS, ORIGINS, Definition, build_definition
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    definition: str
+    path: str
+    reason: str
+
+    def __str__(self):
+        where = f"{self.file}: " if self.file else ""
+        name = f"definition {self.definition!r}: " if self.definition else ""
+        path = f"{self.path}: " if self.path else ""
+        return f"{where}{name}{path}{self.reason}"
+
+
+class DefinitionError(Exception):
+    """One or more problems make a definition unusable."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def _closed(schema):
+    """Our validator treats object schemas as closed, unlike Kubernetes' pruning:
+    an unknown field in a definition is almost always a typo (ownerName)."""
+    if isinstance(schema, dict):
+        schema = {k: _closed(v) for k, v in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema and not schema.get(
+                "x-kubernetes-preserve-unknown-fields"):
+            schema.setdefault("additionalProperties", False)
+        return schema
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+@lru_cache(maxsize=1)
+def crd_document() -> dict:
+    text = resources.files("workloadmap.catalog").joinpath("crd/workloadmap.io_workloadmaps.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+@lru_cache(maxsize=1)
+def _schema_validator():
+    schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema = _closed(schema)
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+JQ_FIELDS = {
+    "instanceIdPath", "podTemplateSpecPath", "podSpecPath", "metadataPath", "replicasPath", "minReplicasPath",
+    "maxReplicasPath", "podsPerReplicaPath", "keyPath", "idPath", "expression",
+    "schedulerNamePath", "labelsPath", "annotationsPath", "resourcesPath", "resourceClaimsPath",
+    "podAffinityPath", "nodeAffinityPath", "containersPath", "containerPath", "priorityClassNamePath", "imagePath",
+}
+
+
+def _jq_fields(node, parts=()):
+    """(path parts, expression) of every jq expression in a spec."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = (*parts, k)
+            if isinstance(v, str) and (k in JQ_FIELDS or (k == "path" and parts and parts[-1] in (
+                    "phaseDefinition", "conditionsDefinition")) or (k == "path" and len(parts) >= 2 and parts[-2] in (
+                    "suspendActions", "resumeActions"))):
+                yield here, v
+            elif k in ("groupByKeyPaths", "filters") and isinstance(v, list):
+                for i, e in enumerate(v):
+                    if isinstance(e, str):
+                        yield (*here, i), e
+            else:
+                yield from _jq_fields(v, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _jq_fields(v, (*parts, i))
+
+
+def validate_document(doc, file: str = "") -> list[Problem]:
+    """Every problem of one definition document (empty when it is valid)."""
+    if not isinstance(doc, dict):
+        return [Problem(file, "", "", f"a definition must be a mapping, got {type(doc).__name__}")]
+    name = str((doc.get("metadata") or {}).get("name") or "") if isinstance(doc.get("metadata"), dict) else ""
+    problems: list[Problem] = []
+
+    def problem(path, reason):
+        problems.append(Problem(file, name, path, reason))
+
+    if (doc.get("apiVersion"), doc.get("kind")) not in DEFINITION_KINDS:
+        kinds = ", ".join(f"{k} ({a})" for a, k in sorted(DEFINITION_KINDS))
+        problem("kind", f"{doc.get('kind')!r} of {doc.get('apiVersion')!r} is not a definition kind; expected one of {kinds}")
+        return problems
+    for err in sorted(_schema_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        message = err.message
+        if err.validator == "additionalProperties":
+            message = message.replace("Additional properties are not allowed", "unknown field")
+        problem(_path(err.absolute_path), message)
+    if problems:
+        return problems
+    spec = doc["spec"]
+    for parts, expr in _jq_fields(spec, ("spec",)):
+        try:
+            jqlang.compile(expr)
+        except jqlang.JqError as exc:
+            problem(_path(parts), f"invalid jq expression {expr!r}: {exc}")
+    _check_structure(spec, problem)
+    return problems
+
+
+def _check_structure(spec, problem):
+    sp = "spec.structureDefinition"
+    structure = spec["structureDefinition"]
+    root = structure["rootComponent"]
+    rp = f"{sp}.rootComponent"
+    kind = root.get("kind")
+    if not kind or "group" not in kind or not kind.get("version") or not kind.get("kind"):
+        problem(f"{rp}.kind", "root component must have full kind (group, version, kind; group \"\" for the core API)")
+    if "statusDefinition" not in root:
+        problem(f"{rp}.statusDefinition", "root component must have a status definition")
+    if root.get("ownerRef"):
+        problem(f"{rp}.ownerRef", "root component cannot have an owner ref")
+    children = structure.get("childComponents") or []
+    comps = [(rp, root)] + [(f"{sp}.childComponents[{i}]", c) for i, c in enumerate(children)]
+    names = {}
+    for path, c in comps:
+        if c["name"] in names:
+            problem(f"{path}.name", f"component name {c['name']!r} is not unique (also at {names[c['name']]})")
+        else:
+            names[c["name"]] = path
+    for path, c in comps[1:]:
+        owner = c.get("ownerRef")
+        if not owner:
+            problem(f"{path}.ownerRef", f"child component {c['name']!r} has no owner ref")
+        elif owner not in names:
+            problem(f"{path}.ownerRef", f"child component {c['name']!r} has owner ref to non-existing component {owner!r}")
+    owners = {c["name"]: c.get("ownerRef") for _, c in comps[1:]}
+    for path, c in comps[1:]:
+        seen, node = set(), c["name"]
+        while node in owners and owners[node] in names:
+            if node in seen:
+                problem(f"{path}.ownerRef", f"ownership cycle detected involving component {c['name']!r}")
+                break
+            seen.add(node)
+            node = owners[node]
+    for path, c in comps:
+        _check_component(c, path, problem)
+    gang = (spec.get("optimizationInstructions") or {}).get("gangScheduling") or {}
+    gp = "spec.optimizationInstructions.gangScheduling"
+    members = [(f"{gp}.podGroups[{gi}].members[{mi}]", m)
+               for gi, g in enumerate(gang.get("podGroups") or []) for mi, m in enumerate(g.get("members") or [])]
+    if gang.get("podGroup"):
+        members += [(f"{gp}.podGroup.subGroups[{mi}]", m) for mi, m in enumerate(gang["podGroup"].get("subGroups") or [])]
+    for path, m in members:
+        if m["componentName"] not in names:
+            problem(f"{path}.componentName",
+                    f"pod-group member component {m['componentName']!r} is not defined (should be a root or child component)")
+
+
+def _check_component(c, path, problem):
+    spec = c.get("specDefinition")
+    if spec is not None:
+        variants = [k for k in ("podTemplateSpecPath", "podSpecPath", "fragmentedPodSpecDefinition") if spec.get(k)]
+        if len(variants) > 1:
+            problem(f"{path}.specDefinition",
+                    f"component {c['name']!r} has multiple pod spec definitions ({', '.join(variants)}); keep exactly one")
+        elif not variants:
+            problem(f"{path}.specDefinition", f"component {c['name']!r} has an empty spec definition")
+        if spec.get("metadataPath") and not spec.get("podSpecPath"):
+            problem(f"{path}.specDefinition.metadataPath", "metadataPath may only be used with podSpecPath")
+    selector = c.get("podSelector") or {}
+    has_id_path = bool(c.get("instanceIdPath"))
+    has_instance_selector = bool(selector.get("componentInstanceSelector"))
+    if has_id_path and not has_instance_selector:
+        problem(f"{path}.instanceIdPath",
+                f"component {c['name']!r} has instance id path but no pod component instance selector")
+    if has_instance_selector and not has_id_path:
+        problem(f"{path}.podSelector.componentInstanceSelector",
+                f"component {c['name']!r} has pod component instance selector but no instance id path")
+    status = c.get("statusDefinition")
+    if status is not None:
+        sp = f"{path}.statusDefinition"
+        for key, matchers in (status.get("statusMappings") or {}).items():
+            for i, m in enumerate(matchers or []):
+                mp = f"{sp}.statusMappings.{key}[{i}]"
+                if not (m.get("byPhase") or m.get("byConditions") or m.get("byExpression")):
+                    problem(mp, "a status matcher needs byPhase, byConditions or byExpression")
+                if m.get("byPhase") and not status.get("phaseDefinition"):
+                    problem(f"{mp}.byPhase", "byPhase needs a phaseDefinition")
+                if m.get("byConditions") and not status.get("conditionsDefinition"):
+                    problem(f"{mp}.byConditions", "byConditions needs a conditionsDefinition")
+                for j, cond in enumerate(m.get("byConditions") or []):
+                    if cond.get("status") is None and cond.get("reason") is None:
+                        problem(f"{mp}.byConditions[{j}]", "an expected condition needs status or reason")
+    suspend = c.get("suspendDefinition")
+    if suspend is not None:
+        for key in ("suspendActions", "resumeActions"):
+            for i, action in enumerate(suspend.get(key) or []):
+                try:
+                    json.loads(action["value"])
+                except ValueError:
+                    problem(f"{path}.suspendDefinition.{key}[{i}].value",
+                            f"value {action['value']!r} is not JSON text (write \"true\", \"0\", \"\\\"Suspended\\\"\")")
+
+
+def load_definition(doc, origin: str, source: str) -> Definition:
+    """Validate a document and build its model; raises DefinitionError."""
+    assert origin in ORIGINS, origin
+    problems = validate_document(doc, source)
+    if problems:
+        raise DefinitionError(problems)
+    return build_definition(doc, origin, source)
+
+
+def read_documents(text: str, source: str) -> list:
+    """The documents of a YAML/JSON text: multi-document, and `kind: List` items flattened."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise DefinitionError([Problem(source, "", "", f"malformed YAML: {where}{reason}")]) from None
+    except RecursionError:
+        raise DefinitionError([Problem(source, "", "", "malformed YAML: nested too deeply")]) from None
+    out = []
+    for d in docs:
+        if isinstance(d, list):
+            out.extend(d)
+        elif isinstance(d, dict) and isinstance(d.get("items"), list) and str(d.get("kind", "")).endswith("List"):
+            out.extend(d["items"])
+        else:
+            out.append(d)
+    return out
+
+
+def validate_file(path: str) -> list[Problem]:
+    """Every problem of every definition in a file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return [Problem(path, "", "", f"cannot read: {exc.strerror}")]
+    try:
+        docs = read_documents(text, path)
+    except DefinitionError as exc:
+        return exc.problems
+    if not docs:
+        return [Problem(path, "", "", "no definition documents")]
+    problems = []
+    for d in docs:
+        problems.extend(validate_document(d, path))
+    return problems
+
+
+def load_file(path: str, origin: str = "file") -> list[Definition]:
+    """Every definition of a file; raises DefinitionError with all problems."""
+    problems = validate_file(path)
+    if problems:
+        raise DefinitionError(problems)
+    with open(path, encoding="utf-8") as fh:
+        docs = read_documents(fh.read(), path)
+    return [build_definition(d, origin, path) for d in docs]

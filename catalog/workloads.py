@@ -1,0 +1,97 @@
+"""Resolved workloads: the uniform view of one live object, and its JSON contract.
+
+This is what every consumer reads (the CLI, the stream processors, the
+warehouse), so its JSON form is the project's record format; README.md
+documents it field by field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .requests import Resources
+
+
+@dataclass
+class ComponentView:
+    """One component, or one instance of a multi-instance component."""
+
+    name: str
+    instance: str | None
+    parent: str | None
+    kind: str | None
+    replicas: int | None
+    min_replicas: int | None
+    max_replicas: int | None
+    pods_per_replica: int
+    pods: int
+    per_pod: Resources
+    total: Resources
+    pod_template: dict | None = None     # reconstructed PodTemplateSpec (metadata + spec)
+    status: str | None = None            # when the component has its own statusDefinition
+
+    def to_dict(self) -> dict:
+        out = {
+            "name": self.name,
+            "instance": self.instance,
+            "parent": self.parent,
+            "kind": self.kind,
+            "replicas": self.replicas,
+            "minReplicas": self.min_replicas,
+            "maxReplicas": self.max_replicas,
+            "podsPerReplica": self.pods_per_replica,
+            "pods": self.pods,
+            "perPod": self.per_pod.to_dict(),
+            "total": self.total.to_dict(),
+        }
+        if self.status is not None:
+            out["status"] = self.status
+        spec = (self.pod_template or {}).get("spec") or {}
+        if spec.get("schedulerName"):
+            out["schedulerName"] = spec["schedulerName"]
+        return out
+
+
+@dataclass
+class ResolvedWorkload:
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    uid: str | None
+    resource_version: str | None
+    generation: int | None
+    creation_timestamp: str | None
+    definition: str
+    origin: str
+    framework: str
+    status: str
+    statuses: list[str]
+    phase: str | None
+    conditions: list                     # normalised: {type, status, reason, message}
+    components: list[ComponentView]
+    total: Resources
+    pods: int
+    labels: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        total = self.total.to_dict()
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "resourceVersion": self.resource_version,
+            "generation": self.generation,
+            "creationTimestamp": self.creation_timestamp,
+            "definition": self.definition,
+            "origin": self.origin,
+            "framework": self.framework,
+            "status": self.status,
+            "statuses": list(self.statuses),
+            "phase": self.phase,
+            "conditions": list(self.conditions),
+            "components": [c.to_dict() for c in self.components],
+            "total": {"pods": self.pods, **total},
+        }
