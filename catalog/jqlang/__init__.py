@@ -16,9 +16,9 @@ from functools import lru_cache
 import jq as libjq
 
 from .builtins import BUILTINS
-from .errors import JqError, JqLimitError, JqRuntimeError, JqSyntaxError, Unsupported
+from .errors import JqError, JqLimitError, JqRuntimeError, JqSyntaxError, JqTooComplex, Unsupported
 from .evaluating import Compiler, run_bounded
-from .parsing import tokenize
+from .parsing import MAX_SOURCE_LENGTH, tokenize
 from .sandboxing import SANDBOX, SandboxError, SandboxLimit
 
 __all__ = [
@@ -132,6 +132,8 @@ def compile(source: str, limits: Limits = LIMITS) -> Program:  # noqa: A001 - jq
         raise JqSyntaxError(f"expected a jq expression string, got {type(source).__name__}")
     from .parsing import parse
 
+    if len(source) > MAX_SOURCE_LENGTH:
+        raise JqTooComplex(f"expression longer than {MAX_SOURCE_LENGTH} characters")
     try:
         check_safety(source)
     except RecursionError:
@@ -142,6 +144,8 @@ def compile(source: str, limits: Limits = LIMITS) -> Program:  # noqa: A001 - jq
         return Program(source, fn, True, limits)
     except Unsupported:
         return Program(source, None, False, limits)
+    except JqTooComplex:
+        raise
     except JqSyntaxError:
         # libjq accepted it, our parser did not: a corner of the grammar we do
         # not cover natively, so evaluate it in the sandbox.

@@ -14,6 +14,10 @@ class JqSyntaxError(JqError):
     """The program is not valid jq, or uses a construct definitions may not use."""
 
 
+class JqTooComplex(JqSyntaxError):
+    """The program is longer or more deeply nested than definitions may be."""
+
+
 class Unsupported(JqError):
     """Valid jq outside the native subset: evaluated by libjq in the sandbox."""
 

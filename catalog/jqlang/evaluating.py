@@ -243,14 +243,9 @@ class Compiler:
         left = self.compile(node[1])
         right = self.compile(node[2])
 
+        # As libjq 1.8: errors on the left propagate (they are not "empty").
         def run(inp, env):
-            found = []
-            try:
-                for v in left(inp, env):
-                    if v is not None and v is not False:
-                        found.append(v)
-            except JqRuntimeError:
-                pass
+            found = [v for v in left(inp, env) if v is not None and v is not False]
             if found:
                 return found
             return right(inp, env)
@@ -375,6 +370,42 @@ class Compiler:
                     yield from other(inp, env)
                 else:
                     yield inp
+        return run
+
+    def c_opt(self, node):
+        """`.a?`, `.[e]?`, `.[]?`: errors of this one index operation yield nothing."""
+        inner = node[1]
+        base = self.compile(inner[1])
+        tag = inner[0]
+        key = self.compile(inner[2]) if tag == "index" else None
+        lo = self.compile(inner[2]) if tag == "slice" and inner[2] is not None else (lambda i, e: (None,))
+        hi = self.compile(inner[3]) if tag == "slice" and inner[3] is not None else (lambda i, e: (None,))
+
+        def run(inp, env):
+            if tag == "iter":
+                budget = env[BUDGET]
+                for obj in base(inp, env):
+                    try:
+                        items = _iterate(obj)
+                    except JqRuntimeError:
+                        continue
+                    budget.tick(len(items) + 1)
+                    yield from items
+            elif tag == "index":
+                for k in key(inp, env):
+                    for obj in base(inp, env):
+                        try:
+                            yield _index(obj, k)
+                        except JqRuntimeError:
+                            pass
+            else:
+                for h in hi(inp, env):
+                    for low in lo(inp, env):
+                        for obj in base(inp, env):
+                            try:
+                                yield _slice(obj, low, h)
+                            except JqRuntimeError:
+                                pass
         return run
 
     def c_try(self, node):

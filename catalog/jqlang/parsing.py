@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import JqSyntaxError, Unsupported
+from .errors import JqSyntaxError, JqTooComplex, Unsupported
 
 MAX_SOURCE_LENGTH = 8192
 MAX_NESTING = 64
@@ -143,7 +143,7 @@ def _lex_string(source: str, pos: int):
 def parse(source: str):
     """Parse jq source into an AST; raises JqSyntaxError or Unsupported."""
     if len(source) > MAX_SOURCE_LENGTH:
-        raise JqSyntaxError(f"expression longer than {MAX_SOURCE_LENGTH} characters")
+        raise JqTooComplex(f"expression longer than {MAX_SOURCE_LENGTH} characters")
     tokens, _ = tokenize(source)
     parser = _Parser(tokens)
     if not tokens:
@@ -193,7 +193,7 @@ class _Parser:
     def enter(self):
         self.depth += 1
         if self.depth > MAX_NESTING:
-            raise JqSyntaxError(f"expression nested deeper than {MAX_NESTING} levels")
+            raise JqTooComplex(f"expression nested deeper than {MAX_NESTING} levels")
 
     # -- grammar -----------------------------------------------------------
     def parse_pipe(self):
@@ -314,6 +314,10 @@ class _Parser:
         return node
 
     def parse_suffixes(self, node):
+        # In jq a `?` after an index (`.a?`, `.[0]?`, `.[]?`) guards that one
+        # index operation only (`.a.b?` still fails when `.a` does); after any
+        # other term it is `try term`.
+        indexed = node[0] in ("index", "iter", "slice") and node[1] == ("identity",)
         while True:
             tok = self.peek()
             if tok is None:
@@ -321,6 +325,7 @@ class _Parser:
             if tok.kind == "field":
                 self.i += 1
                 node = ("index", node, ("lit", tok.value[1:]))
+                indexed = True
             elif tok.kind == "op" and tok.value == "." and self.peek(1) is not None and (
                 self.peek(1).kind == "str" or (self.peek(1).kind == "op" and self.peek(1).value == "[")
             ):
@@ -328,12 +333,18 @@ class _Parser:
                 if self.peek().kind == "str":
                     node = ("index", node, self.parse_string(self.peek()))
                     self.i += 1
+                    indexed = True
                 # `.[` handled by the bracket branch on the next loop turn
             elif tok.kind == "op" and tok.value == "[":
                 node = self.parse_bracket(node)
+                indexed = True
             elif tok.kind == "op" and tok.value == "?":
                 self.i += 1
-                node = ("try", node, None)
+                if indexed and len(node) in (2, 3, 4) and node[0] in ("index", "iter", "slice"):
+                    node = ("opt", node)
+                else:
+                    node = ("try", node, None)
+                indexed = False
             else:
                 return node
 

@@ -1,0 +1,21 @@
+"""Shared fixtures: the built-in catalog and the bundled example objects."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+import yaml
+
+from workloadmap.catalog import Catalog
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return Catalog.builtin()
+
+
+def example_objects(name: str) -> dict:
+    """metadata.name -> object, from catalog/examples/NAME.yaml."""
+    text = resources.files("workloadmap.catalog").joinpath(f"examples/{name}.yaml").read_text()
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
