@@ -7,6 +7,7 @@ agree.  Bounds: hostile programs end with JqLimitError, quickly.
 
 from __future__ import annotations
 
+import os
 import time
 
 import jq as libjq
@@ -75,7 +76,7 @@ def test_native_compiles(expr):
     assert jqlang.compile(expr).native, expr
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("JQ_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=json_values, expr=st.sampled_from(SAFE))
 def test_agrees_with_libjq(value, expr):
     theirs, ours = _normalise(_libjq(expr, value)), _normalise(_ours(expr, value))

@@ -380,6 +380,8 @@ def keys_unsorted(v):
 
 @value1("has")
 def has(v, k):
+    if v is None and isinstance(k, (str, int, float)) and not isinstance(k, bool):
+        return False
     if isinstance(v, dict) and isinstance(k, str):
         return k in v
     if isinstance(v, list) and _num(k):
@@ -387,16 +389,21 @@ def has(v, k):
     raise JqRuntimeError(f"Cannot check whether {type_name(v)} has a {type_name(k)} key")
 
 
-@value1("contains")
-def contains(a, b):
+def _contains(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
-        return all(k in a and contains(a[k], bv) for k, bv in b.items())
+        return all(k in a and _contains(a[k], bv) for k, bv in b.items())
     if isinstance(a, list) and isinstance(b, list):
-        return all(any(contains(x, y) for x in a) for y in b)
+        return all(any(_contains(x, y) for x in a) for y in b)
     if isinstance(a, str) and isinstance(b, str):
         return b in a
-    if type_name(a) == type_name(b):
-        return compare(a, b) == 0
+    return compare(a, b) == 0
+
+
+@value1("contains")
+def contains(a, b):
+    # only the top level insists on equal kinds; nested mismatches are just false
+    if type_name(a) == type_name(b) or (isinstance(a, bool) and isinstance(b, bool)):
+        return _contains(a, b)
     raise JqRuntimeError(f"{type_name(a)} ({tojson(a)[:30]}) and {type_name(b)} ({tojson(b)[:30]}) cannot have their containment checked")
 
 
@@ -651,22 +658,19 @@ def max_(v):
 
 @value0("reverse")
 def reverse(v):
-    if v is None:
+    # libjq 1.8: def reverse: [.[length - 1 - range(0; length)]]
+    if length(v) == 0:
         return []
-    if isinstance(v, str):
-        return v[::-1]
     if isinstance(v, list):
         return v[::-1]
-    raise JqRuntimeError(f"Cannot reverse {type_name(v)}")
+    raise JqRuntimeError(f"Cannot index {type_name(v)} with number")
 
 
 def _flatten(v, depth):
     if depth < 0:
         raise JqRuntimeError("flatten depth must not be negative")
-    if not isinstance(v, list):
-        raise JqRuntimeError(f"Cannot iterate over {type_name(v)}")
     out = []
-    for item in v:
+    for item in _iterate(v):
         if isinstance(item, list) and depth > 0:
             out.extend(_flatten(item, depth - 1))
         else:

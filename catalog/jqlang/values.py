@@ -180,50 +180,16 @@ def split_string(s: str, sep: str) -> list:
     return s.split(sep)
 
 
-def _float_text(v: float) -> str:
-    if math.isnan(v):
-        return "null"
-    if math.isinf(v):
-        return "1.7976931348623157e+308" if v > 0 else "-1.7976931348623157e+308"
-    text = repr(v)
-    if "e" in text:
-        mant, exp = text.split("e")
-        sign = "-" if exp.startswith("-") else "+"
-        text = f"{mant.rstrip('0').rstrip('.') if '.' in mant else mant}e{sign}{exp.lstrip('+-').zfill(2)}"
-    return text
-
-
 def _default(v):
     raise JqRuntimeError(f"not a JSON value: {type(v).__name__}")
 
 
 def tojson(v) -> str:
-    if v.__class__ is float:
-        return _float_text(normalize_number(v)) if not v.is_integer() or abs(v) >= 2**53 else str(int(v))
+    """Compact JSON, as jq prints it (numbers read from input keep their form)."""
     try:
-        if isinstance(v, (dict, list)) and _has_float(v):
-            return _tojson_slow(v)
         return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=_default)
     except RecursionError:
         raise JqLimitError("value nested too deeply") from None
-
-
-def _has_float(v) -> bool:
-    if v.__class__ is float:
-        return True
-    if isinstance(v, dict):
-        return any(_has_float(x) for x in v.values())
-    if isinstance(v, list):
-        return any(_has_float(x) for x in v)
-    return False
-
-
-def _tojson_slow(v) -> str:
-    if isinstance(v, dict):
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _tojson_slow(x) for k, x in v.items()) + "}"
-    if isinstance(v, list):
-        return "[" + ",".join(_tojson_slow(x) for x in v) + "]"
-    return tojson(v)
 
 
 def tostring(v) -> str:
