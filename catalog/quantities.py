@@ -60,7 +60,9 @@ def format_cpu(cores: float) -> str:
     """Cores for people: 0.5 -> '500m', 16 -> '16'."""
     if cores == int(cores):
         return str(int(cores))
-    return f"{round(cores * 1000)}m"
+    if cores < 1:
+        return f"{round(cores * 1000)}m"
+    return f"{cores:.3f}".rstrip("0").rstrip(".")
 
 
 def format_bytes(value: float) -> str:

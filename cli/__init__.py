@@ -1,0 +1,1 @@
+"""The workloadmap command line: thin commands over the library."""

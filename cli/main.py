@@ -1,0 +1,188 @@
+"""The `workloadmap` command: a thin layer over the library.
+
+Each command reads its input, calls the library, and hands the JSON form of
+the result to the shared output bundle (outputs.py).  Exit codes: 0 success;
+1 invalid input (a definition with problems, malformed YAML, an object of an
+unknown kind or one that cannot be resolved; the other objects are still
+printed); 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+
+import click
+
+from workloadmap import __version__
+from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, ResolveError, Resolver, UnknownKindError
+from workloadmap.catalog.definitions import Definition
+from workloadmap.catalog.validating import Problem, read_documents, validate_file
+
+from . import rendering
+from .outputs import emit, error, output_option
+
+EXIT_INVALID = 1
+
+
+def catalog_options(f):
+    """--definitions and --gpu-resource: the catalog a command reads through."""
+    f = click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
+                     help="Add definitions from a YAML file (repeatable); they override built-ins for the same kind.")(f)
+    f = click.option("--gpu-resource", "gpu_resources", multiple=True, metavar="PATTERN",
+                     help="Resource names counted as GPUs (glob, repeatable). "
+                          "Default: nvidia.com/gpu, nvidia.com/mig-*, amd.com/gpu.")(f)
+    return f
+
+
+def build_catalog(definition_files, gpu_resources) -> Catalog:
+    resolver = Resolver(GpuMatcher(gpu_resources)) if gpu_resources else Resolver()
+    catalog = Catalog.builtin(resolver=resolver)
+    for path in definition_files:
+        try:
+            catalog.add_file(path)
+        except DefinitionError as exc:
+            for p in exc.problems:
+                error(str(p))
+            sys.exit(EXIT_INVALID)
+        except OSError as exc:
+            error(f"{path}: cannot read: {exc.strerror}")
+            sys.exit(EXIT_INVALID)
+    return catalog
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="workloadmap")
+def cli():
+    """Read every AI workload kind on Kubernetes through one declarative catalog."""
+
+
+# -- resolve -------------------------------------------------------------------
+def _read_inputs(files, examples: bool):
+    """(source, object) pairs from files ('-' is stdin) or the bundled examples."""
+    sources = []
+    if examples:
+        folder = resources.files("workloadmap.catalog").joinpath("examples")
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            if entry.name.endswith(".yaml"):
+                sources.append((f"example:{entry.name}", entry.read_text(encoding="utf-8")))
+    for path in files:
+        if path == "-":
+            sources.append(("<stdin>", sys.stdin.read()))
+        else:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    sources.append((path, fh.read()))
+            except OSError as exc:
+                raise click.BadParameter(f"{path}: {exc.strerror}", param_hint="-f") from None
+    for source, text in sources:
+        try:
+            docs = read_documents(text, source)
+        except DefinitionError as exc:
+            yield source, exc
+            continue
+        for doc in docs:
+            yield source, doc
+
+
+@cli.command()
+@click.option("-f", "--filename", "files", multiple=True, metavar="FILE",
+              help="YAML or JSON file of objects (multi-document, lists); '-' reads stdin. Repeatable.")
+@click.option("--examples", is_flag=True, help="Resolve the bundled example objects of every framework.")
+@catalog_options
+@output_option("table", "tree", "json", "yaml", default="table")
+def resolve(files, examples, definition_files, gpu_resources, output):
+    """Resolve workload objects offline: status, components, pods and resources."""
+    if not files and not examples:
+        raise click.UsageError("give -f FILE (or -f - for stdin), or --examples")
+    catalog = build_catalog(definition_files, gpu_resources)
+    items, failed = [], False
+    for source, obj in _read_inputs(files, examples):
+        if isinstance(obj, DefinitionError):
+            for p in obj.problems:
+                error(str(p))
+            failed = True
+            continue
+        try:
+            items.append(catalog.resolve(obj).to_dict())
+        except (UnknownKindError, ResolveError) as exc:
+            error(f"{source}: {exc}")
+            failed = True
+    emit(output, items, table=rendering.workload_table, tree=rendering.workload_trees)
+    if failed:
+        sys.exit(EXIT_INVALID)
+
+
+# -- catalog -------------------------------------------------------------------
+@cli.group("catalog")
+def catalog_group():
+    """List, show and validate definitions."""
+
+
+def definition_item(d: Definition) -> dict:
+    components = []
+    for c in d.components:
+        spec = None
+        if c.spec is not None:
+            spec = ("podTemplateSpec" if c.spec.pod_template else "podSpec" if c.spec.pod_spec
+                    else "fragmented: " + ", ".join(sorted(c.spec.fragments)))
+        components.append({
+            "name": c.name, "parent": c.parent.name if c.parent else None,
+            "kind": str(c.kind) if c.kind else None, "spec": spec,
+            "instances": c.instance_id.source if c.instance_id else None,
+        })
+    return {
+        "name": d.name, "apiVersion": d.gvk.api_version, "kind": d.gvk.kind, "framework": d.framework,
+        "origin": d.origin, "source": d.source, "components": components,
+        "additionalChildKinds": [str(k) for k in d.additional_child_kinds],
+        "podGroups": [g.name for g in d.pod_groups],
+    }
+
+
+@catalog_group.command("list")
+@catalog_options
+@output_option("table", "json", "yaml", default="table")
+def catalog_list(definition_files, gpu_resources, output):
+    """List the definitions: kind, framework, components and origin."""
+    catalog = build_catalog(definition_files, gpu_resources)
+    emit(output, [definition_item(d) for d in catalog], table=rendering.definition_table)
+
+
+@catalog_group.command("show")
+@click.argument("name")
+@catalog_options
+@output_option("yaml", "json", "tree", default="yaml")
+def catalog_show(name, definition_files, gpu_resources, output):
+    """Show one definition (by name) as written, or its component tree."""
+    catalog = build_catalog(definition_files, gpu_resources)
+    try:
+        d = catalog.get(name)
+    except KeyError as exc:
+        error(exc.args[0])
+        sys.exit(EXIT_INVALID)
+    if output == "tree":
+        emit(output, [definition_item(d)], tree=rendering.definition_trees)
+    else:
+        emit(output, [d.document])
+
+
+@catalog_group.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@output_option("table", "json", "yaml", default="table")
+def catalog_validate(files, output):
+    """Validate definition files: schema, jq and structure. Exit 1 on any problem."""
+    problems: list[Problem] = []
+    for path in files:
+        found = validate_file(path)
+        problems.extend(found)
+        if not found and output == "table":
+            click.echo(f"{path}: ok", err=True)
+    items = [{"file": p.file, "definition": p.definition, "path": p.path, "reason": p.reason} for p in problems]
+    if items or output != "table":
+        emit(output, items, table=rendering.problem_table)
+    if problems:
+        sys.exit(EXIT_INVALID)
+
+
+def main():
+    cli(prog_name="workloadmap")
