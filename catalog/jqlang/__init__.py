@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import jq as libjq
 
-from .builtins import BUILTINS
+from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
 from .errors import JqError, JqLimitError, JqRuntimeError, JqSyntaxError, JqTooComplex, Unsupported
-from .evaluating import Compiler, run_bounded
+from .evaluating import BUDGET, Budget, Compiler, run_bounded
 from .parsing import MAX_SOURCE_LENGTH, tokenize
 from .sandboxing import SANDBOX, SandboxError, SandboxLimit
 
@@ -54,23 +54,36 @@ class Limits:
 
 
 LIMITS = Limits()
-_COMPILER = Compiler(BUILTINS)
+
+
+def new_compiler() -> Compiler:
+    return Compiler(BUILTINS, ONE_BUILTINS, ONE_VIA_GEN)
 
 
 class Program:
     """A compiled jq program."""
 
-    __slots__ = ("source", "native", "_fn", "limits")
+    __slots__ = ("source", "native", "_fn", "_one", "limits")
 
-    def __init__(self, source: str, fn, native: bool, limits: Limits):
+    def __init__(self, source: str, fn, native: bool, limits: Limits, one=None):
         self.source = source
         self._fn = fn
+        self._one = one
         self.native = native
         self.limits = limits
 
     def outputs(self, value, variables: dict | None = None) -> list:
         """Every output on `value`; raises JqRuntimeError or JqLimitError."""
         lim = self.limits
+        if self._one is not None:
+            scope = {BUDGET: Budget(lim.max_steps, lim.seconds)}
+            if variables:
+                scope.update(variables)
+            try:
+                v = self._one(value, scope)
+            except RecursionError:
+                raise JqLimitError("value nested too deeply") from None
+            return [int(v) if v.__class__ is float and v.is_integer() and abs(v) < 2**53 else v]
         if self.native:
             return run_bounded(self._fn, value, max_outputs=lim.max_outputs,
                                max_steps=lim.max_steps, seconds=lim.seconds, env=variables)
@@ -140,8 +153,10 @@ def compile(source: str, limits: Limits = LIMITS) -> Program:  # noqa: A001 - jq
         raise JqSyntaxError("expression nested too deeply") from None
     _libjq_check(source)
     try:
-        fn = _COMPILER.compile(parse(source))
-        return Program(source, fn, True, limits)
+        compiler = new_compiler()
+        node = parse(source)
+        fn = compiler.compile(node)
+        return Program(source, fn, True, limits, compiler.one(node))
     except Unsupported:
         return Program(source, None, False, limits)
     except JqTooComplex:

@@ -20,6 +20,12 @@ from .evaluating import BUDGET, _index, _iterate, truthy
 from .values import MAX_SIZE, SortKey, compare, jq_add, normalize_number, split_string, tojson, tostring, type_name
 
 BUILTINS: dict = {}
+# (name, arity) -> factory(compiler, one_args) -> fn(input, env) -> value, usable when every
+# argument has exactly one output (see Compiler.one)
+ONE_BUILTINS: dict = {}
+# builtins whose generator form always returns a 1-tuple, whatever their arguments
+ONE_VIA_GEN = {"map", "map_values", "with_entries", "isempty", "any", "all",
+               "sort_by", "group_by", "unique_by", "min_by", "max_by"}
 
 
 def _register(name, arity):
@@ -33,6 +39,7 @@ def value0(name):
     """A zero-arity builtin computed from the input value alone."""
     def deco(f):
         BUILTINS[(name, 0)] = lambda c, args, nodes: (lambda inp, env: (f(inp),))
+        ONE_BUILTINS[(name, 0)] = lambda c, ones: (lambda inp, env: f(inp))
         return f
     return deco
 
@@ -48,6 +55,11 @@ def value1(name):
                     yield f(inp, a)
             return run
         BUILTINS[(name, 1)] = factory
+
+        def one_factory(c, ones):
+            (arg,) = ones
+            return lambda inp, env: f(inp, arg(inp, env))
+        ONE_BUILTINS[(name, 1)] = one_factory
         return f
     return deco
 
@@ -76,9 +88,9 @@ def _error1(c, args, nodes):
     return run
 
 
-@_register("not", 0)
-def _not(c, args, nodes):
-    return lambda inp, env: (not truthy(inp),)
+@value0("not")
+def _not(v):
+    return not truthy(v)
 
 
 @_register("select", 1)
@@ -303,44 +315,25 @@ def _with_entries(c, args, nodes):
     return run
 
 
-@_register("getpath", 1)
-def _getpath(c, args, nodes):
-    (path_fn,) = args
-
-    def run(inp, env):
-        for path in path_fn(inp, env):
-            if not isinstance(path, list):
-                raise JqRuntimeError("Path must be specified as an array")
-            v = inp
-            try:
-                for key in path:
-                    if v is None:
-                        break
-                    v = _index(v, key)
-            except JqRuntimeError:
-                raise
-            yield v if path else inp
-    return run
+@value1("getpath")
+def getpath(v, path):
+    if not isinstance(path, list):
+        raise JqRuntimeError("Path must be specified as an array")
+    for key in path:
+        if v is None:
+            return None
+        v = _index(v, key)
+    return v
 
 
-@_register("in", 1)
-def _in(c, args, nodes):
-    (obj_fn,) = args
-
-    def run(inp, env):
-        for obj in obj_fn(inp, env):
-            yield has(obj, inp)
-    return run
+@value1("in")
+def in_(v, obj):
+    return has(obj, v)
 
 
-@_register("inside", 1)
-def _inside(c, args, nodes):
-    (b_fn,) = args
-
-    def run(inp, env):
-        for b in b_fn(inp, env):
-            yield contains(b, inp)
-    return run
+@value1("inside")
+def inside(v, b):
+    return contains(b, v)
 
 
 # -- value builtins ------------------------------------------------------------
@@ -622,6 +615,14 @@ def _test2(c, args, nodes):
             for pattern in re_fn(inp, env):
                 yield _test(inp, pattern, flags)
     return run
+
+
+def _test2_one(c, ones):
+    re_fn, flags_fn = ones
+    return lambda inp, env: _test(inp, re_fn(inp, env), flags_fn(inp, env))
+
+
+ONE_BUILTINS[("test", 2)] = _test2_one
 
 
 def _sorted(v):

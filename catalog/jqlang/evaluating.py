@@ -45,14 +45,17 @@ class Budget:
     def __init__(self, max_steps: int, seconds: float):
         self.max_steps = max_steps
         self.seconds = seconds
-        self.deadline = time.perf_counter() + seconds
+        self.deadline = None  # the clock starts at the first check: most evaluations never get there
         self.left = self.CHECK_EVERY
 
     def refill(self):
         self.max_steps -= self.CHECK_EVERY
         if self.max_steps <= 0:
             raise JqLimitError("evaluation exceeded its step bound")
-        if time.perf_counter() > self.deadline:
+        now = time.perf_counter()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        elif now > self.deadline:
             raise JqLimitError(f"evaluation exceeded its time bound of {self.seconds:g}s")
         self.left = self.CHECK_EVERY
 
@@ -112,6 +115,12 @@ def _iterate(value):
         "" if value is None else f" ({tojson(value)[:40]})"))
 
 
+def _negate(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise JqRuntimeError(f"{type_name(v)} ({tojson(v)[:40]}) cannot be negated")
+    return -v
+
+
 def _slice(value, lo, hi):
     if value is None:
         return None
@@ -133,59 +142,217 @@ def _slice(value, lo, hi):
 
 
 class Compiler:
-    """Turns AST tuples into closures; builtins are looked up in `builtins`."""
+    """Turns AST tuples into closures.
 
-    def __init__(self, builtins):
+    `compile(node)` gives ``gen(input, env) -> iterable``; `one(node)` gives
+    ``fn(input, env) -> value`` for nodes that always yield exactly one value
+    (paths, literals, arithmetic, constructions, most builtins), or None.
+    Definitions are mostly such nodes, and a plain call chain is several
+    times cheaper than a chain of generators.  One compiler per program.
+    """
+
+    def __init__(self, builtins, one_builtins, one_via_gen):
         self.builtins = builtins
+        self.one_builtins = one_builtins
+        self.one_via_gen = one_via_gen
+        self._ones: dict[int, object] = {}
+        self._keep = []  # nodes stay alive while their id() keys the memo
 
-    # A node's "single" form: value(input) -> value, when the node always yields
-    # exactly one value computed from the input alone (or raises).
-    def single(self, node):
-        tag = node[0]
-        if tag == "identity":
-            return lambda inp: inp
-        if tag == "lit":
-            value = node[1]
-            if isinstance(value, (list, dict)):
-                return None  # mutable literals go through the generic path (copied)
-            return lambda inp: value
-        if tag == "index":
-            base = self.single(node[1])
-            key_node = node[2]
-            if base is None or key_node[0] != "lit":
-                return None
-            key = key_node[1]
-            if isinstance(key, str):
-                def get_field(inp, base=base, key=key):
-                    obj = base(inp)
-                    if obj.__class__ is dict:
-                        return obj.get(key)
-                    return _index(obj, key)
-                return get_field
-            return lambda inp: _index(base(inp), key)
-        return None
+    def one(self, node):
+        key = id(node)
+        if key not in self._ones:
+            self._keep.append(node)
+            method = getattr(self, "o_" + node[0], None)
+            self._ones[key] = method(node) if method else None
+        return self._ones[key]
 
     def compile(self, node):
-        single = self.single(node)
-        if single is not None:
-            return lambda inp, env: (single(inp),)
+        one = self.one(node)
+        if one is not None:
+            return lambda inp, env: (one(inp, env),)
         return getattr(self, "c_" + node[0])(node)
 
-    # -- nodes ---------------------------------------------------------------
-    def c_lit(self, node):
-        import copy
-        value = node[1]
-        return lambda inp, env: (copy.deepcopy(value),)
+    # -- exactly-one-output forms ------------------------------------------------
+    def o_identity(self, node):
+        return lambda inp, env: inp
 
-    def c_var(self, node):
+    def o_lit(self, node):
+        value = node[1]  # never mutated: every operation builds new values
+        return lambda inp, env: value
+
+    def o_var(self, node):
         name = node[1]
 
         def run(inp, env):
             try:
-                return (env[name],)
+                return env[name]
             except KeyError:
                 raise JqRuntimeError(f"${name} is not defined") from None
         return run
+
+    def o_index(self, node):
+        base, key = self.one(node[1]), self.one(node[2])
+        if base is None or key is None:
+            return None
+        if node[2][0] == "lit" and isinstance(node[2][1], str):
+            name = node[2][1]
+            if node[1] == ("identity",):
+                def field(inp, env):
+                    if inp.__class__ is dict:
+                        return inp.get(name)
+                    return _index(inp, name)
+                return field
+
+            def field_of(inp, env):
+                obj = base(inp, env)
+                if obj.__class__ is dict:
+                    return obj.get(name)
+                return _index(obj, name)
+            return field_of
+        return lambda inp, env: _index(base(inp, env), key(inp, env))
+
+    def o_slice(self, node):
+        base = self.one(node[1])
+        lo = self.one(node[2]) if node[2] is not None else (lambda inp, env: None)
+        hi = self.one(node[3]) if node[3] is not None else (lambda inp, env: None)
+        if base is None or lo is None or hi is None:
+            return None
+        return lambda inp, env: _slice(base(inp, env), lo(inp, env), hi(inp, env))
+
+    def o_pipe(self, node):
+        left, right = self.one(node[1]), self.one(node[2])
+        if left is None or right is None:
+            return None
+        return lambda inp, env: right(left(inp, env), env)
+
+    def o_alt(self, node):
+        left, right = self.one(node[1]), self.one(node[2])
+        if left is None or right is None:
+            return None
+
+        def run(inp, env):
+            v = left(inp, env)
+            return v if v is not None and v is not False else right(inp, env)
+        return run
+
+    def o_and(self, node):
+        left, right = self.one(node[1]), self.one(node[2])
+        if left is None or right is None:
+            return None
+        return lambda inp, env: truthy(left(inp, env)) and truthy(right(inp, env))
+
+    def o_or(self, node):
+        left, right = self.one(node[1]), self.one(node[2])
+        if left is None or right is None:
+            return None
+        return lambda inp, env: truthy(left(inp, env)) or truthy(right(inp, env))
+
+    def o_neg(self, node):
+        inner = self.one(node[1])
+        if inner is None:
+            return None
+        return lambda inp, env: _negate(inner(inp, env))
+
+    def o_binop(self, node):
+        fn = self._BINOPS[node[1]]
+        left, right = self.one(node[2]), self.one(node[3])
+        if left is None or right is None:
+            return None
+
+        def run(inp, env):
+            b = right(inp, env)
+            return fn(left(inp, env), b)
+        return run
+
+    def o_array(self, node):
+        inner = self.compile(node[1])
+
+        def run(inp, env):
+            out = list(inner(inp, env))
+            env[BUDGET].tick(len(out) + 1)
+            return out
+        return run
+
+    def o_object(self, node):
+        entries = [(self.one(k), self.one(v)) for k, v in node[1]]
+        if any(k is None or v is None for k, v in entries):
+            return None
+
+        def run(inp, env):
+            obj = {}
+            for key_fn, value_fn in entries:
+                k = key_fn(inp, env)
+                if not isinstance(k, str):
+                    raise JqRuntimeError(f"Object keys must be strings (got {type_name(k)})")
+                obj[k] = value_fn(inp, env)
+            return obj
+        return run
+
+    def o_interp(self, node):
+        parts = [p if isinstance(p, str) else self.one(p) for p in node[1]]
+        if any(p is None for p in parts):
+            return None
+
+        def run(inp, env):
+            out = "".join(p if isinstance(p, str) else tostring(p(inp, env)) for p in parts)
+            if len(out) > MAX_SIZE:
+                raise JqLimitError("string exceeded the size bound")
+            return out
+        return run
+
+    def o_if(self, node):
+        cond, then = self.one(node[1]), self.one(node[2])
+        other = self.one(node[3]) if node[3] is not None else (lambda inp, env: inp)
+        if cond is None or then is None or other is None:
+            return None
+        return lambda inp, env: then(inp, env) if truthy(cond(inp, env)) else other(inp, env)
+
+    def o_as(self, node):
+        source, body = self.one(node[1]), self.one(node[3])
+        if source is None or body is None:
+            return None
+        name = node[2]
+
+        def run(inp, env):
+            inner = dict(env)
+            inner[name] = source(inp, env)
+            return body(inp, inner)
+        return run
+
+    def o_reduce(self, node):
+        init = self.one(node[3])
+        if init is None:
+            return None
+        source = self.compile(node[1])
+        name = node[2]
+        update = self.compile(node[4])
+
+        def run(inp, env):
+            budget = env[BUDGET]
+            acc = init(inp, env)
+            inner = dict(env)
+            for v in source(inp, env):
+                budget.tick()
+                inner[name] = v
+                last = None
+                for last in update(acc, inner):
+                    pass
+                acc = last
+            return acc
+        return run
+
+    def o_call(self, node):
+        name, args = node[1], node[2]
+        key = (name, len(args))
+        if key in self.one_builtins:
+            ones = [self.one(a) for a in args]
+            if all(o is not None for o in ones):
+                return self.one_builtins[key](self, ones)
+            return None
+        if name in self.one_via_gen and key in self.builtins:
+            run = self.builtins[key](self, [self.compile(a) for a in args], args)
+            return lambda inp, env: run(inp, env)[0]
+        return None
 
     def c_index(self, node):
         base = self.compile(node[1])
@@ -275,9 +442,7 @@ class Compiler:
 
         def run(inp, env):
             for v in inner(inp, env):
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise JqRuntimeError(f"{type_name(v)} ({tojson(v)[:40]}) cannot be negated")
-                yield -v
+                yield _negate(v)
         return run
 
     _BINOPS = {
@@ -294,26 +459,11 @@ class Compiler:
         fn = self._BINOPS[node[1]]
         left = self.compile(node[2])
         right = self.compile(node[3])
-        ls, rs = self.single(node[2]), self.single(node[3])
-        if ls is not None and rs is not None:
-            return lambda inp, env: (fn(ls(inp), rs(inp)),)
 
         def run(inp, env):
             for b in right(inp, env):
                 for a in left(inp, env):
                     yield fn(a, b)
-        return run
-
-    def c_array(self, node):
-        inner = self.compile(node[1])
-
-        def run(inp, env):
-            budget = env[BUDGET]
-            out = []
-            for v in inner(inp, env):
-                budget.tick()
-                out.append(v)
-            return (out,)
         return run
 
     def c_object(self, node):

@@ -9,12 +9,12 @@ variable bindings.  Anything else is "not assignable" and says so.
 
 from __future__ import annotations
 
-from .builtins import BUILTINS
+from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
 from .errors import JqError, JqLimitError, JqRuntimeError
 from .evaluating import BUDGET, Budget, Compiler, _index, _iterate, truthy
 from .parsing import parse
 
-_COMPILER = Compiler(BUILTINS)
+
 
 
 class NotAssignable(JqError):
@@ -32,7 +32,7 @@ def assignable_paths(source: str, value, *, seconds: float = 0.25, max_steps: in
 
 
 def _values(node, value, env):
-    return _COMPILER.compile(node)(value, env)
+    return Compiler(BUILTINS, ONE_BUILTINS, ONE_VIA_GEN).compile(node)(value, env)
 
 
 def _paths(node, value, path, env):
