@@ -56,6 +56,23 @@ def parse_quantity(value) -> Fraction:
     raise QuantityError(f"{type(value).__name__} is not a Kubernetes quantity")
 
 
+@lru_cache(maxsize=8192)
+def _milli_text(text: str) -> int:
+    value = _parse_text(text) * 1000
+    return -((-value.numerator) // value.denominator)  # ceiling, like Quantity.MilliValue()
+
+
+def milli_value(value) -> int:
+    """A quantity in thousandths, rounded up as Kubernetes does: '500m' -> 500, '2' -> 2000.
+
+    Integer arithmetic on milli-units is what keeps summing requests cheap.
+    """
+    if value.__class__ is str and len(value) <= 64:
+        return _milli_text(value)
+    q = parse_quantity(value) * 1000
+    return -((-q.numerator) // q.denominator)
+
+
 def format_cpu(cores: float) -> str:
     """Cores for people: 0.5 -> '500m', 16 -> '16'."""
     if cores == int(cores):

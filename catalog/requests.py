@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from fractions import Fraction
 from functools import lru_cache
 
-from .quantities import QuantityError, parse_quantity
+from .quantities import QuantityError, milli_value
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu")
 
@@ -53,8 +52,6 @@ class Resources:
 
 def _num(v):
     """Whole numbers as int, the rest as float, for stable JSON."""
-    if isinstance(v, Fraction):
-        v = v.numerator if v.denominator == 1 else float(v)
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v
@@ -89,13 +86,13 @@ def _container_request(c, where: str) -> dict:
     requests = res.get("requests") or {}
     if not isinstance(limits, dict) or not isinstance(requests, dict):
         raise RequestError(f"{where}.resources: requests and limits must be objects")
-    out = {}
-    for name in {**limits, **requests}:
-        value = requests[name] if name in requests else limits[name]
-        try:
-            out[name] = parse_quantity(value)
-        except QuantityError as exc:
-            raise RequestError(f"{where}.resources {name}: {exc}") from None
+    out = dict(limits)
+    out.update(requests)
+    try:
+        for name, value in out.items():
+            out[name] = milli_value(value)
+    except QuantityError as exc:
+        raise RequestError(f"{where}.resources {name}: {exc}") from None
     return out
 
 
@@ -140,14 +137,21 @@ def effective_request(spec, gpus: GpuMatcher = DEFAULT_GPUS, where: str = "spec"
     return to_resources(total, gpus)
 
 
+def _from_milli(m: int):
+    return m // 1000 if m % 1000 == 0 else m / 1000
+
+
 def to_resources(amounts: dict, gpus: GpuMatcher = DEFAULT_GPUS) -> Resources:
+    """Resources from milli-unit amounts per resource name."""
     out = Resources()
+    gpu_milli = 0
     for name, amount in amounts.items():
         if name == "cpu":
-            out.cpu = _num(amount)
+            out.cpu = _from_milli(amount)
         elif name == "memory":
-            out.memory = int(amount)
+            out.memory = -((-amount) // 1000)
         elif gpus(name):
-            out.gpus[name] = _num(amount)
-    out.gpu = _num(sum(Fraction(v) for v in out.gpus.values()))
+            out.gpus[name] = _from_milli(amount)
+            gpu_milli += amount
+    out.gpu = _from_milli(gpu_milli)
     return out
