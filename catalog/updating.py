@@ -14,6 +14,7 @@ import copy
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.pathing import assignable_paths
+from .jqlang.values import tostring
 from .resolving import object_ref
 
 # pod field -> (place in a PodTemplateSpec, merge maps?)
@@ -62,7 +63,8 @@ def _instance_ids(definition, comp: Component, obj) -> list:
     if comp.instance_id is None:
         return [None]
     try:
-        return [v if isinstance(v, str) else str(v) for v in comp.instance_id.program.outputs(obj)]
+        # the same text the resolver reports as the instance (jq tostring: true, 1, {"a":1})
+        return [v if isinstance(v, str) else tostring(v) for v in comp.instance_id.program.outputs(obj)]
     except JqError as exc:
         raise UpdateError(f"{object_ref(obj)}: definition {definition.name!r}: {comp.instance_id.field}: {exc}") from None
 
