@@ -73,7 +73,8 @@ class GVK:
         return cls(d.get("group", ""), d.get("version", ""), d.get("kind", ""))
 
     def __str__(self):
-        return f"{self.kind}.{self.group}/{self.version}" if self.group else f"{self.kind}/{self.version}"
+        # as Kubernetes prints a GroupVersionKind
+        return f"{self.api_version}, Kind={self.kind}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
+from .jqlang.parsing import parse
 from .resolving import ResolveError, object_ref
 from .statuses import as_text
 from .workloads import ResolvedWorkload
@@ -97,7 +98,7 @@ def gang_groups(definition: Definition, workload: ResolvedWorkload, pods: list[d
     A group's minimum member count is the pods its member components are
     expected to run (from the resolved workload, templates filtered like pods),
     divided by the component's replica count when the group keys split pods
-    per replica (a group-by key equals the pod's replica key, as with
+    per replica (a group-by path reads the replica selector's key, as with
     LeaderWorkerSet groups).
     """
     groups: dict[tuple[str, str], GangGroup] = {}
@@ -132,14 +133,29 @@ def gang_groups(definition: Definition, workload: ResolvedWorkload, pods: list[d
             group = groups.get((pg.name, key))
             if group is None:
                 group = groups[(pg.name, key)] = GangGroup(pg.name, key)
-                group.min_member = _expected_members(definition, pg, by_component, membership, parts)
+                group.min_member = _expected_members(definition, pg, by_component)
             group.pods.append((pod.get("metadata") or {}).get("name", "<unnamed>"))
     return list(groups.values())
 
 
-def _expected_members(definition, pg, by_component, membership, key_parts) -> int:
+def _reads_replica_key(group_by: list[Expr], replica_key: Expr) -> bool:
+    """Whether a group-by path reads the replica selector's key (maybe with a `// default`).
+
+    Decided on the parsed expressions, not on values: label values such as "0"
+    coincide across unrelated keys.
+    """
+    def key_read(source):
+        node = parse(source)
+        while node[0] == "alt":  # `.labels["k"] // "0"` reads the same key as `.labels["k"]`
+            node = node[1]
+        return node
+
+    target = key_read(replica_key.source)
+    return any(key_read(expr.source) == target for expr in group_by)
+
+
+def _expected_members(definition, pg, by_component) -> int:
     total = 0
-    split = membership.replica is not None and membership.replica in key_parts
     for member in pg.members:
         comp = definition.component(member.component)
         comps = [comp] + [c for c in definition.components if comp in c.ancestors]
@@ -151,9 +167,9 @@ def _expected_members(definition, pg, by_component, membership, key_parts) -> in
                 if not all(as_text(_first(definition, f, pseudo_pod)) not in (None, "false") for f in member.filters):
                     continue
                 pods = view.pods
-                if split:
-                    rc = _replica_component(c)
-                    groups = max((v.replicas or 1) for v in by_component.get(rc.name, [])) if rc else 1
+                rc = _replica_component(c)
+                if rc is not None and _reads_replica_key(member.group_by, rc.selector.replica_key):
+                    groups = max((v.replicas or 1) for v in by_component.get(rc.name, []))
                     pods = pods // max(groups, 1)
                 total += pods
     return total

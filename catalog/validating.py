@@ -124,16 +124,29 @@ def validate_document(doc, file: str = "") -> list[Problem]:
         if err.validator == "additionalProperties":
             message = message.replace("Additional properties are not allowed", "unknown field")
         problem(_path(err.absolute_path), message)
-    if problems:
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
         return problems
-    spec = doc["spec"]
     for parts, expr in _jq_fields(spec, ("spec",)):
         try:
             jqlang.compile(expr)
         except jqlang.JqError as exc:
-            problem(_path(parts), f"invalid jq expression {expr!r}: {exc}")
-    _check_structure(spec, problem)
+            problem(_path(parts), f"invalid jq expression {expr!r}: {_jq_reason(exc)}")
+    schema_ok = not problems
+    try:
+        _check_structure(spec, problem)
+    except (KeyError, TypeError, AttributeError):
+        if schema_ok:
+            raise
+        # the shape is already reported as wrong; rules between fields need the shape
     return problems
+
+
+def _jq_reason(exc) -> str:
+    text = str(exc).strip()
+    if text.startswith("jq: error: "):
+        text = text[len("jq: error: "):]
+    return text.rstrip(":").strip()
 
 
 def _check_structure(spec, problem):

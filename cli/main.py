@@ -178,8 +178,11 @@ def catalog_validate(files, output):
         if not found and output == "table":
             click.echo(f"{path}: ok", err=True)
     items = [{"file": p.file, "definition": p.definition, "path": p.path, "reason": p.reason} for p in problems]
-    if items or output != "table":
-        emit(output, items, table=rendering.problem_table)
+    if output == "table":
+        for p in problems:  # one line per problem, like a compiler: FILE: definition 'x': FIELD: reason
+            click.echo(str(p))
+    else:
+        emit(output, items)
     if problems:
         sys.exit(EXIT_INVALID)
 

@@ -136,12 +136,3 @@ def definition_trees(items: list):
                 what.append(f"instances {c['instances']}")
             nodes[c["name"]] = parent.add(Text.assemble((c["name"], "bold"), "  " + "  ".join(what)))
         yield tree
-
-
-def problem_table(items: list) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("FILE", "DEFINITION", "FIELD", "REASON"):
-        table.add_column(col, overflow="fold")
-    for it in items:
-        table.add_row(it["file"], it["definition"], it["path"], it["reason"])
-    return table

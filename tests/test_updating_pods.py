@@ -451,10 +451,6 @@ def test_jobset_gang_groups_split_by_restart_attempt(catalog):
     assert by_key["llama-pretrain/1"].pods == ["old-attempt"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG pods._expected_members: `split` is decided by value equality of the first pod's replica key "
-    "with any group-by key part; a JobSet pod with job-index \"0\" and restart-attempt \"0\" looks "
-    "'split per replica', so min_member becomes 4 (driver 1//2 + workers 8//2) instead of 9"))
 def test_jobset_gang_min_member_does_not_depend_on_pod_order(catalog):
     workload = catalog.resolve(jobset())
     pods = jobset_gang_pods()
