@@ -33,9 +33,14 @@ def object_ref(obj) -> str:
     if not isinstance(obj, dict):
         return f"<{type(obj).__name__}>"
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    name = meta.get("name", "<unnamed>")
+    name = _short(meta.get("name", "<unnamed>"))
     ns = meta.get("namespace")
-    return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
+    return f"{_short(obj.get('kind', '<no kind>'))} {_short(ns) + '/' if ns else ''}{name}"
+
+
+def _short(value) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class _Evaluation:
@@ -104,6 +109,12 @@ class Resolver:
         if not isinstance(meta, dict):
             ev.fail("metadata", "metadata must be an object")
         ev.ref = object_ref(obj)
+        for key in ("name", "namespace", "uid", "creationTimestamp"):
+            if meta.get(key) is not None and not isinstance(meta.get(key), str):
+                ev.fail(f"metadata.{key}", f"must be a string, got {type(meta.get(key)).__name__}")
+        for key in ("apiVersion", "kind"):
+            if not isinstance(obj.get(key, ""), str):
+                ev.fail(key, f"must be a string, got {type(obj.get(key)).__name__}")
         status, statuses, phase, conditions = self._status(ev, definition.root)
         views: list[ComponentView] = []
         total = Resources()
