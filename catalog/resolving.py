@@ -9,8 +9,11 @@ is diagnosed from one line.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
+from .jqlang.reading import reads
 from .jqlang.values import tostring
 from .requests import DEFAULT_GPUS, GpuMatcher, RequestError, Resources, effective_request
 from .statuses import as_text, match_statuses, resolve_status
@@ -93,11 +96,52 @@ class _Evaluation:
         return int(value)
 
 
-class Resolver:
-    """Resolves objects; holds the GPU resource names to count."""
+def _reads_only_spec(definition: Definition) -> bool:
+    """Whether every path behind the component tree reads only `.spec` of the object."""
+    exprs = []
+    for comp in definition.components:
+        exprs.append(comp.instance_id)
+        if comp.spec is not None:
+            exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values()]
+        if comp.scale is not None:
+            s = comp.scale
+            exprs += [s.replicas, s.min_replicas, s.max_replicas, s.pods_per_replica]
+        if comp.status is not None and comp is not definition.root:
+            return False  # child statuses read status
+    for expr in exprs:
+        if expr is not None:
+            read = reads(expr.source)
+            if read is None or not read <= {"spec"}:
+                return False
+    return True
 
-    def __init__(self, gpus: GpuMatcher = DEFAULT_GPUS):
+
+class Resolver:
+    """Resolves objects; holds the GPU resource names to count.
+
+    With `cache_size`, the component tree of an object is cached per (uid,
+    metadata.generation) for definitions whose component paths read only
+    `.spec` (status is always evaluated afresh).  A watch stream is mostly
+    status updates of unchanged specs, which then skip the costliest half of
+    resolution.
+    """
+
+    def __init__(self, gpus: GpuMatcher = DEFAULT_GPUS, cache_size: int = 0):
         self.gpus = gpus
+        self.cache_size = cache_size
+        self._cache: OrderedDict = OrderedDict()
+        self._spec_only: dict[int, bool] = {}
+
+    def _cache_key(self, definition: Definition, meta: dict):
+        if not self.cache_size:
+            return None
+        uid, generation = meta.get("uid"), meta.get("generation")
+        if not isinstance(uid, str) or not isinstance(generation, int) or isinstance(generation, bool):
+            return None
+        only = self._spec_only.get(id(definition))
+        if only is None:
+            only = self._spec_only[id(definition)] = _reads_only_spec(definition)
+        return (id(definition), uid, generation) if only else None
 
     def resolve(self, obj: dict, definition: Definition) -> ResolvedWorkload:
         if not isinstance(obj, dict):
@@ -116,14 +160,24 @@ class Resolver:
             if not isinstance(obj.get(key, ""), str):
                 ev.fail(key, f"must be a string, got {type(obj.get(key)).__name__}")
         status, statuses, phase, conditions = self._status(ev, definition.root)
-        views: list[ComponentView] = []
-        total = Resources()
-        pods = 0
-        for comp in definition.components:
-            for view in self._component(ev, comp):
-                views.append(view)
-                total.add(view.total)
-                pods += view.pods
+        key = self._cache_key(definition, meta)
+        cached = self._cache.get(key) if key is not None else None
+        if cached is None:
+            views: list[ComponentView] = []
+            total = Resources()
+            pods = 0
+            for comp in definition.components:
+                for view in self._component(ev, comp):
+                    views.append(view)
+                    total.add(view.total)
+                    pods += view.pods
+            if key is not None:
+                self._cache[key] = (views, total, pods)
+                if len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+            views, total, pods = cached
         generation = meta.get("generation")
         return ResolvedWorkload(
             api_version=obj.get("apiVersion") or definition.gvk.api_version,
