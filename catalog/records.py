@@ -1,0 +1,105 @@
+"""The pipeline's record formats and topics, shared by ingest, processors and warehouse.
+
+Producers and consumers of the pipeline never import each other; they agree
+on these formats.  Each has a JSON Schema in ``catalog/schemas/`` (documented
+in README.md and checked by tests).
+
+- raw object event (topic ``workloadmap.raw.v1``), key ``cluster/uid``:
+  ``{cluster, type: ADDED|MODIFIED|DELETED, observedAt, object}``, the object
+  without ``metadata.managedFields``;
+- workload record (``workloadmap.workloads.v1``): the resolved workload (see
+  workloads.py) plus ``cluster``, ``observedAt``, ``eventType``, ``deleted``;
+- status transition (``workloadmap.transitions.v1``): ``{cluster, namespace,
+  name, kind, uid, framework, definition, from, to, at, gpus,
+  previousDurationSeconds}``;
+- dead letter (``workloadmap.deadletter.v1``): the original bytes (base64),
+  the stage and a reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+
+RAW_TOPIC = "workloadmap.raw.v1"
+WORKLOADS_TOPIC = "workloadmap.workloads.v1"
+TRANSITIONS_TOPIC = "workloadmap.transitions.v1"
+DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
+
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
+# The status a workload ends in when its object is deleted: it holds nothing
+# from then on, whatever it was doing before.
+DELETED = "Deleted"
+
+# Dead-letter reasons
+UNKNOWN_KIND = "unknown-kind"
+MALFORMED_JSON = "malformed-json"
+MISSING_FIELDS = "missing-fields"
+WRONG_TYPES = "wrong-types"
+JQ_ERROR = "jq-error"
+RESOLVE_ERROR = "resolve-error"
+DEADLETTER_REASONS = (UNKNOWN_KIND, MALFORMED_JSON, MISSING_FIELDS, WRONG_TYPES, JQ_ERROR, RESOLVE_ERROR)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def record_key(cluster: str, uid: str) -> bytes:
+    """Per-object key: every event of one object lands in one partition, in order."""
+    return f"{cluster}/{uid}".encode()
+
+
+def strip_object(obj: dict) -> dict:
+    """The object as published: without metadata.managedFields (large, and never read)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = dict(obj)
+        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return obj
+
+
+def raw_event(cluster: str, event_type: str, obj: dict, observed_at: str | None = None) -> dict:
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"event type {event_type!r} is not one of {', '.join(EVENT_TYPES)}")
+    return {"cluster": cluster, "type": event_type, "observedAt": observed_at or now_iso(), "object": strip_object(obj)}
+
+
+def encode(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass
+class DeadLetter:
+    stage: str
+    reason: str
+    detail: str
+    value: bytes
+    key: bytes | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    at: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage, "reason": self.reason, "detail": self.detail,
+            "topic": self.topic, "partition": self.partition, "offset": self.offset,
+            "key": self.key.decode("utf-8", "replace") if self.key is not None else None,
+            "valueBase64": base64.b64encode(self.value).decode(),
+            "at": self.at or now_iso(),
+        }
+
+
+@lru_cache(maxsize=None)
+def schema(name: str) -> dict:
+    """The JSON Schema of a record: raw-event, workload-record, transition, dead-letter."""
+    return json.loads(resources.files("workloadmap.catalog").joinpath(f"schemas/{name}.schema.json").read_text())
