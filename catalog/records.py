@@ -42,7 +42,9 @@ MISSING_FIELDS = "missing-fields"
 WRONG_TYPES = "wrong-types"
 JQ_ERROR = "jq-error"
 RESOLVE_ERROR = "resolve-error"
-DEADLETTER_REASONS = (UNKNOWN_KIND, MALFORMED_JSON, MISSING_FIELDS, WRONG_TYPES, JQ_ERROR, RESOLVE_ERROR)
+INVALID_DEFINITION = "invalid-definition"  # a WorkloadMap applied to a cluster that does not validate
+DEADLETTER_REASONS = (UNKNOWN_KIND, MALFORMED_JSON, MISSING_FIELDS, WRONG_TYPES, JQ_ERROR, RESOLVE_ERROR,
+                      INVALID_DEFINITION)
 
 
 def now_iso() -> str:

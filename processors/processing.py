@@ -1,0 +1,187 @@
+"""Processing raw object events into workload records, transitions and dead letters.
+
+This is the whole of the processors' logic, free of any transport: the faust
+app (app.py) and the embedded pipeline (embedding.py) both call
+:meth:`Processor.process` with a message's key and bytes and a state store
+(a faust Table, or a dict), and send what it returns.
+
+Why state per object: re-delivered or duplicated events (same cluster, uid,
+resourceVersion) must produce no second record or transition, and a
+transition needs the previous status and since when it held.  State is keyed
+by the message key (cluster/uid), so workers that split the partitions split
+the state with them.
+
+Deletion ends a workload: its last record has ``deleted: true`` and status
+``Deleted`` (it holds nothing from then on), and its last transition goes to
+``Deleted``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from workloadmap.catalog import Catalog, DefinitionError, ResolveError, Resolver, UnknownKindError
+from workloadmap.catalog import records
+from workloadmap.catalog.jqlang import JqError
+from workloadmap.catalog.records import DeadLetter, parse_time
+from workloadmap.catalog.validating import load_definition
+
+DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
+
+
+@dataclass
+class Outputs:
+    """What one message produced: (key, value) pairs per topic."""
+
+    records: list = field(default_factory=list)
+    transitions: list = field(default_factory=list)
+    dead_letters: list = field(default_factory=list)
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, detail: str):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(detail)
+
+
+def _parse(value: bytes) -> dict:
+    try:
+        event = json.loads(value)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise Rejected(records.MALFORMED_JSON, f"not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise Rejected(records.WRONG_TYPES, f"an event must be a JSON object, got {type(event).__name__}")
+    missing = [k for k in ("cluster", "type", "object") if k not in event]
+    if missing:
+        raise Rejected(records.MISSING_FIELDS, f"event lacks {', '.join(missing)}")
+    if not isinstance(event["cluster"], str) or not event["cluster"]:
+        raise Rejected(records.WRONG_TYPES, "cluster must be a non-empty string")
+    if event["type"] not in records.EVENT_TYPES:
+        raise Rejected(records.WRONG_TYPES, f"type {event['type']!r} is not one of {', '.join(records.EVENT_TYPES)}")
+    obj = event["object"]
+    if not isinstance(obj, dict):
+        raise Rejected(records.WRONG_TYPES, f"object must be a JSON object, got {type(obj).__name__}")
+    meta = obj.get("metadata")
+    if meta is None or "kind" not in obj or "apiVersion" not in obj:
+        raise Rejected(records.MISSING_FIELDS, "object lacks apiVersion, kind or metadata")
+    if not isinstance(meta, dict):
+        raise Rejected(records.WRONG_TYPES, "object.metadata must be a JSON object")
+    if not meta.get("uid"):
+        raise Rejected(records.MISSING_FIELDS, "object.metadata lacks uid")
+    if not isinstance(meta["uid"], str):
+        raise Rejected(records.WRONG_TYPES, "object.metadata.uid must be a string")
+    observed = event.get("observedAt")
+    if not isinstance(observed, str):
+        raise Rejected(records.MISSING_FIELDS if observed is None else records.WRONG_TYPES,
+                       "observedAt must be an RFC 3339 timestamp")
+    try:
+        parse_time(observed)
+    except ValueError:
+        raise Rejected(records.WRONG_TYPES, f"observedAt {observed[:40]!r} is not an RFC 3339 timestamp") from None
+    return event
+
+
+def _rv_newer(new, old) -> bool:
+    """Whether resourceVersion `new` is newer than `old` (etcd revisions compare as integers)."""
+    if old is None:
+        return True
+    if new is None:
+        return False
+    if new.isdigit() and old.isdigit():
+        return int(new) > int(old)
+    return new != old
+
+
+class Processor:
+    """Resolves events through per-cluster catalogs: built-ins overridden by the
+    cluster's own WorkloadMap definitions (which arrive as raw events too)."""
+
+    def __init__(self, catalog: Catalog | None = None, cache_size: int = 200_000):
+        # the per-generation component cache makes status-only updates cheap
+        self.base = catalog or Catalog.builtin(resolver=Resolver(cache_size=cache_size))
+        self._cluster_catalogs: dict[str, Catalog] = {}
+        self._cluster_definitions: dict[str, dict] = {}
+
+    # -- definitions from clusters ------------------------------------------
+    def catalog_for(self, cluster: str) -> Catalog:
+        catalog = self._cluster_catalogs.get(cluster)
+        if catalog is None:
+            catalog = Catalog(self.base, resolver=self.base.resolver)
+            for definition in self._cluster_definitions.get(cluster, {}).values():
+                catalog.add(definition)
+            self._cluster_catalogs[cluster] = catalog
+        return catalog
+
+    def _definition_event(self, event: dict):
+        cluster, obj = event["cluster"], event["object"]
+        name = obj["metadata"].get("name") or obj["metadata"]["uid"]
+        defs = self._cluster_definitions.setdefault(cluster, {})
+        if event["type"] == "DELETED":
+            defs.pop(name, None)
+        else:
+            try:
+                defs[name] = load_definition(obj, "cluster", f"cluster:{cluster}/{name}")
+            except DefinitionError as exc:
+                raise Rejected(records.INVALID_DEFINITION, str(exc)) from None
+        self._cluster_catalogs.pop(cluster, None)
+
+    # -- events -----------------------------------------------------------------
+    def process(self, key: bytes | None, value: bytes, state, *, topic: str = records.RAW_TOPIC,
+                partition: int | None = None, offset: int | None = None) -> Outputs:
+        """Outputs of one raw message; `state` maps message keys to per-object state."""
+        out = Outputs()
+        try:
+            event = _parse(value)
+            obj = event["object"]
+            if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
+                self._definition_event(event)
+                return out
+            self._workload_event(event, state, out)
+        except Rejected as exc:
+            letter = DeadLetter("processor", exc.reason, exc.detail[:2000], value, key=key, topic=topic,
+                                partition=partition, offset=offset)
+            out.dead_letters.append((key, records.encode(letter.to_dict())))
+        return out
+
+    def _workload_event(self, event: dict, state, out: Outputs):
+        cluster, obj = event["cluster"], event["object"]
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        key = records.record_key(cluster, uid)
+        state_key = key.decode()
+        previous = state.get(state_key)
+        rv = meta.get("resourceVersion")
+        rv = None if rv is None else str(rv)
+        if previous is not None and (previous.get("deleted") or not _rv_newer(rv, previous.get("rv"))):
+            return  # a re-delivery, or older than what was already processed
+        try:
+            resolved = self.catalog_for(cluster).resolve(obj)
+        except UnknownKindError as exc:
+            raise Rejected(records.UNKNOWN_KIND, str(exc)) from None
+        except ResolveError as exc:
+            reason = records.JQ_ERROR if isinstance(exc.__context__, JqError) else records.RESOLVE_ERROR
+            raise Rejected(reason, str(exc)) from None
+        record = resolved.to_dict()
+        deleted = event["type"] == "DELETED"
+        if deleted:
+            record["status"] = records.DELETED
+            record["statuses"] = [records.DELETED]
+        record.update(cluster=cluster, observedAt=event["observedAt"], eventType=event["type"], deleted=deleted)
+        out.records.append((key, records.encode(record)))
+        at = event["observedAt"]
+        old_status = previous.get("status") if previous else None
+        since = previous.get("since") if previous else None
+        if old_status != record["status"]:
+            duration = None
+            if since is not None:
+                duration = max(0.0, (parse_time(at) - parse_time(since)).total_seconds())
+            out.transitions.append((key, records.encode({
+                "cluster": cluster, "namespace": record["namespace"], "name": record["name"],
+                "kind": record["kind"], "uid": uid, "framework": record["framework"],
+                "definition": record["definition"], "from": old_status, "to": record["status"], "at": at,
+                "gpus": 0 if deleted else record["total"]["gpu"], "previousDurationSeconds": duration,
+            })))
+            since = at
+        state[state_key] = {"rv": rv, "status": record["status"], "since": since, "deleted": deleted}
