@@ -8,7 +8,8 @@ in README.md and checked by tests).
   ``{cluster, type: ADDED|MODIFIED|DELETED, observedAt, object}``, the object
   without ``metadata.managedFields``;
 - workload record (``workloadmap.workloads.v1``): the resolved workload (see
-  workloads.py) plus ``cluster``, ``observedAt``, ``eventType``, ``deleted``;
+  workloads.py) plus ``cluster``, ``observedAt``, ``eventType``, ``deleted``,
+  ``previousStatus``, ``previousStatusSince`` and ``statusSince``;
 - status transition (``workloadmap.transitions.v1``): ``{cluster, namespace,
   name, kind, uid, framework, definition, from, to, at, gpus,
   previousDurationSeconds}``;

@@ -2,14 +2,22 @@
 
 This is the whole of the processors' logic, free of any transport: the faust
 app (app.py) and the embedded pipeline (embedding.py) both call
-:meth:`Processor.process` with a message's key and bytes and a state store
-(a faust Table, or a dict), and send what it returns.
+:meth:`Processor.process` with a message's key and bytes and a state store,
+and send what it returns.
 
 Why state per object: re-delivered or duplicated events (same cluster, uid,
-resourceVersion) must produce no second record or transition, and a
-transition needs the previous status and since when it held.  State is keyed
-by the message key (cluster/uid), so workers that split the partitions split
-the state with them.
+resourceVersion) must produce no second record, and a status change needs the
+previous status and since when it held.  The state of an object is exactly
+its latest record (its resourceVersion, status and statusSince), so in the
+faust app the records topic itself is the state's changelog: a record and the
+state it implies are one write and cannot diverge after a crash.  State is
+keyed by the message key (cluster/uid), so workers that split the partitions
+split the state with them.
+
+Every record carries ``previousStatus``, ``previousStatusSince`` and
+``statusSince``; a transition is a record whose status differs from its
+previous one (:func:`transition_of`), so the transitions stream needs no state
+of its own.
 
 Deletion ends a workload: its last record has ``deleted: true`` and status
 ``Deleted`` (it holds nothing from then on), and its last transition goes to
@@ -32,11 +40,40 @@ DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
 
 @dataclass
 class Outputs:
-    """What one message produced: (key, value) pairs per topic."""
+    """What one message produced: (key, value bytes) pairs per topic."""
 
     records: list = field(default_factory=list)
-    transitions: list = field(default_factory=list)
     dead_letters: list = field(default_factory=list)
+
+
+def summary_of(record: dict) -> dict:
+    """The state an object's latest record implies."""
+    return {"rv": record.get("resourceVersion"), "status": record["status"],
+            "since": record.get("statusSince"), "deleted": record.get("deleted", False)}
+
+
+class MemoryStates(dict):
+    """Object states in a dict: the embedded pipeline's store (and the tests')."""
+
+    def remember(self, key: str, record: dict, value: bytes) -> None:
+        self[key] = summary_of(record)
+
+
+def transition_of(record: dict) -> dict | None:
+    """The status transition a record makes, or None when its status did not change."""
+    if record.get("previousStatus") == record["status"]:
+        return None
+    since = record.get("previousStatusSince")
+    duration = None
+    if since is not None:
+        duration = max(0.0, (parse_time(record["observedAt"]) - parse_time(since)).total_seconds())
+    return {
+        "cluster": record["cluster"], "namespace": record["namespace"], "name": record["name"],
+        "kind": record["kind"], "uid": record["uid"], "framework": record["framework"],
+        "definition": record["definition"], "from": record.get("previousStatus"), "to": record["status"],
+        "at": record["observedAt"], "gpus": 0 if record["deleted"] else record["total"]["gpu"],
+        "previousDurationSeconds": duration,
+    }
 
 
 class Rejected(Exception):
@@ -130,7 +167,11 @@ class Processor:
     # -- events -----------------------------------------------------------------
     def process(self, key: bytes | None, value: bytes, state, *, topic: str = records.RAW_TOPIC,
                 partition: int | None = None, offset: int | None = None) -> Outputs:
-        """Outputs of one raw message; `state` maps message keys to per-object state."""
+        """Outputs of one raw message.
+
+        `state` gives an object's summary by key (`get`) and `remember`s each new
+        record (MemoryStates, or the faust table adapter).
+        """
         out = Outputs()
         try:
             event = _parse(value)
@@ -168,20 +209,12 @@ class Processor:
         if deleted:
             record["status"] = records.DELETED
             record["statuses"] = [records.DELETED]
-        record.update(cluster=cluster, observedAt=event["observedAt"], eventType=event["type"], deleted=deleted)
-        out.records.append((key, records.encode(record)))
         at = event["observedAt"]
-        old_status = previous.get("status") if previous else None
-        since = previous.get("since") if previous else None
-        if old_status != record["status"]:
-            duration = None
-            if since is not None:
-                duration = max(0.0, (parse_time(at) - parse_time(since)).total_seconds())
-            out.transitions.append((key, records.encode({
-                "cluster": cluster, "namespace": record["namespace"], "name": record["name"],
-                "kind": record["kind"], "uid": uid, "framework": record["framework"],
-                "definition": record["definition"], "from": old_status, "to": record["status"], "at": at,
-                "gpus": 0 if deleted else record["total"]["gpu"], "previousDurationSeconds": duration,
-            })))
-            since = at
-        state[state_key] = {"rv": rv, "status": record["status"], "since": since, "deleted": deleted}
+        old_status = previous["status"] if previous else None
+        old_since = previous["since"] if previous else None
+        record.update(cluster=cluster, observedAt=at, eventType=event["type"], deleted=deleted,
+                      previousStatus=old_status, previousStatusSince=old_since,
+                      statusSince=old_since if old_status == record["status"] else at)
+        value = records.encode(record)
+        out.records.append((key, value))
+        state.remember(state_key, record, value)

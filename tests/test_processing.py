@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from workloadmap.catalog import records
-from workloadmap.processors.processing import Processor
+from workloadmap.processors.processing import MemoryStates, Processor, transition_of
 
 from .conftest import example_objects
 
@@ -24,6 +24,10 @@ def decoded(pairs):
     return [json.loads(v) for _, v in pairs]
 
 
+def transitions(out):
+    return [t for t in (transition_of(r) for r in decoded(out.records)) if t is not None]
+
+
 @pytest.fixture
 def processor():
     return Processor()
@@ -36,12 +40,12 @@ def _jobset(rv="100", **status_patch):
 
 
 def test_a_record_and_a_first_transition(processor):
-    state = {}
+    state = MemoryStates()
     out = processor.process(b"k", event(_jobset(), "ADDED"), state)
     (record,) = decoded(out.records)
     assert record["cluster"] == "prod" and record["eventType"] == "ADDED" and record["deleted"] is False
     assert record["status"] == "Running" and record["total"]["gpu"] == 64
-    (transition,) = decoded(out.transitions)
+    (transition,) = transitions(out)
     assert transition["from"] is None and transition["to"] == "Running" and transition["gpus"] == 64
     assert transition["previousDurationSeconds"] is None
     assert out.records[0][0] == records.record_key("prod", record["uid"])
@@ -49,37 +53,37 @@ def test_a_record_and_a_first_transition(processor):
 
 
 def test_duplicates_and_stale_events_produce_nothing(processor):
-    state = {}
+    state = MemoryStates()
     processor.process(None, event(_jobset("100")), state)
     again = processor.process(None, event(_jobset("100")), state)
     older = processor.process(None, event(_jobset("99")), state)
-    assert not again.records and not again.transitions
-    assert not older.records and not older.transitions
+    assert not again.records
+    assert not older.records
 
 
 def test_status_change_makes_a_transition_with_the_previous_duration(processor):
-    state = {}
+    state = MemoryStates()
     processor.process(None, event(_jobset("100"), at="2026-11-01T00:00:00Z"), state)
     same = processor.process(None, event(_jobset("101"), at="2026-11-01T00:30:00Z"), state)
-    assert len(same.records) == 1 and not same.transitions  # new version, same status
+    assert len(same.records) == 1 and not transitions(same)  # new version, same status
     failed = _jobset("102")
     failed["status"]["conditions"].append({"type": "Failed", "status": "True", "reason": "FailedJobs",
                                            "message": "job failed", "lastTransitionTime": "2026-11-01T01:00:00Z"})
     out = processor.process(None, event(failed, at="2026-11-01T01:00:00Z"), state)
-    (t,) = decoded(out.transitions)
+    (t,) = transitions(out)
     assert (t["from"], t["to"], t["previousDurationSeconds"]) == ("Running", "Failed", 3600.0)
 
 
 def test_deletion_ends_the_workload(processor):
-    state = {}
+    state = MemoryStates()
     processor.process(None, event(_jobset("100")), state)
     out = processor.process(None, event(_jobset("150"), "DELETED", at="2026-11-01T02:00:00Z"), state)
     (record,) = decoded(out.records)
     assert record["deleted"] is True and record["status"] == "Deleted" and record["eventType"] == "DELETED"
-    (t,) = decoded(out.transitions)
+    (t,) = transitions(out)
     assert (t["from"], t["to"], t["gpus"]) == ("Running", "Deleted", 0)
     late = processor.process(None, event(_jobset("200")), state)
-    assert not late.records and not late.transitions
+    assert not late.records
 
 
 @pytest.mark.parametrize("value, reason", [
@@ -106,8 +110,8 @@ def test_deletion_ends_the_workload(processor):
                             "spec": "text"}}).encode(), records.JQ_ERROR),
 ])
 def test_bad_input_goes_to_the_dead_letter_topic_with_its_reason(processor, value, reason):
-    out = processor.process(b"key", value, {}, partition=2, offset=41)
-    assert not out.records and not out.transitions
+    out = processor.process(b"key", value, MemoryStates(), partition=2, offset=41)
+    assert not out.records
     (letter,) = decoded(out.dead_letters)
     assert letter["reason"] == reason, letter["detail"]
     assert letter["stage"] == "processor" and letter["partition"] == 2 and letter["offset"] == 41
@@ -119,20 +123,20 @@ def test_cluster_definitions_override_builtins_for_that_cluster_only(processor):
     doc = yaml.safe_load(open("catalog/builtin/job.yaml"))
     doc["metadata"] = {"name": "custom-job", "uid": "def-uid", "resourceVersion": "1"}
     doc["spec"]["framework"] = "Custom Batch"
-    out = processor.process(None, event(doc, "ADDED", cluster="lab"), {})
+    out = processor.process(None, event(doc, "ADDED", cluster="lab"), MemoryStates())
     assert not out.records and not out.dead_letters
     job = next(iter(example_objects("job").values()))
-    lab = decoded(processor.process(None, event(job, cluster="lab"), {}).records)[0]
-    prod = decoded(processor.process(None, event(job, cluster="prod"), {}).records)[0]
+    lab = decoded(processor.process(None, event(job, cluster="lab"), MemoryStates()).records)[0]
+    prod = decoded(processor.process(None, event(job, cluster="prod"), MemoryStates()).records)[0]
     assert (lab["definition"], lab["origin"], lab["framework"]) == ("custom-job", "cluster", "Custom Batch")
     assert (prod["definition"], prod["origin"]) == ("job", "built-in")
-    processor.process(None, event(doc, "DELETED", cluster="lab"), {})
-    again = decoded(processor.process(None, event(job, cluster="lab"), {}).records)[0]
+    processor.process(None, event(doc, "DELETED", cluster="lab"), MemoryStates())
+    again = decoded(processor.process(None, event(job, cluster="lab"), MemoryStates()).records)[0]
     assert again["definition"] == "job"
 
 
 def test_an_invalid_cluster_definition_is_dead_lettered(processor):
     doc = {"apiVersion": "workloadmap.io/v1alpha1", "kind": "WorkloadMap",
            "metadata": {"name": "broken", "uid": "u"}, "spec": {"structureDefinition": {}}}
-    (letter,) = decoded(processor.process(None, event(doc, "ADDED"), {}).dead_letters)
+    (letter,) = decoded(processor.process(None, event(doc, "ADDED"), MemoryStates()).dead_letters)
     assert letter["reason"] == records.INVALID_DEFINITION and "rootComponent" in letter["detail"]

@@ -44,7 +44,8 @@ def test_workload_record_and_raw_event(catalog):
     assert "managedFields" not in event["object"]["metadata"]
     validator("raw-event").validate(event)
     record = {**catalog.resolve(event["object"]).to_dict(), "cluster": "prod-east",
-              "observedAt": event["observedAt"], "eventType": "MODIFIED", "deleted": False}
+              "observedAt": event["observedAt"], "eventType": "MODIFIED", "deleted": False,
+              "previousStatus": None, "previousStatusSince": None, "statusSince": event["observedAt"]}
     validator("workload-record").validate(record)
     with pytest.raises(jsonschema.ValidationError):
         validator("workload-record").validate({**record, "eventType": "UPDATED"})
