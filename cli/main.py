@@ -19,7 +19,7 @@ from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, ResolveErr
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
-from . import rendering
+from . import pipeline_commands, rendering
 from .outputs import emit, error, output_option
 
 EXIT_INVALID = 1
@@ -185,6 +185,9 @@ def catalog_validate(files, output):
         emit(output, items)
     if problems:
         sys.exit(EXIT_INVALID)
+
+
+pipeline_commands.register(cli)
 
 
 def main():
