@@ -1,0 +1,194 @@
+"""Publishing raw object events: the one producer every ingest side uses.
+
+Why one publisher: the cluster watchers, the replay command and the embedded
+demo all put the same records (``catalog.records.raw_event``) under the same
+key (``record_key(cluster, uid)``: every event of one object lands in one
+partition, in order) with the same delivery guarantees, so they share this
+code rather than each configuring a producer.
+
+- ``KafkaPublisher``: kafka-python ``KafkaProducer`` with idempotence and
+  ``acks="all"``: a retried send is never written twice and an acknowledged
+  one survives a leader change.  Security options (SASL/TLS) pass through to
+  the producer and are never logged or shown in ``repr``.
+- ``CallbackPublisher``: the same interface in-process (embedded mode, no
+  broker): calls ``fn(key, value_bytes)``.
+- ``write_jsonl`` / ``read_jsonl``: files of messages for replay.
+
+JSONL format (one message per line, UTF-8):
+
+- a good raw event is written as the event itself:
+  ``{"cluster": ..., "type": ..., "observedAt": ..., "object": {...}}``;
+  its key is derived again on reading (``record_key(cluster, uid)``);
+- a message whose bytes are not a raw event we can re-encode faithfully (bad
+  messages, arbitrary keys) is written as an envelope
+  ``{"key": <text or null>, "valueBase64": <base64 of the exact bytes>}``,
+  so malformed bytes are replayed byte for byte.  The two forms cannot be
+  confused: a raw event never has a ``valueBase64`` field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from workloadmap.catalog import records
+
+log = logging.getLogger(__name__)
+
+SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+                    "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname",
+                    "sasl_kerberos_service_name", "sasl_oauth_token_provider")
+
+
+def event_key(event: dict) -> bytes:
+    """The message key of a raw event: cluster/uid; cluster/"" when the uid is missing,
+    so an event without one is still published (and dead-lettered downstream) rather than lost."""
+    cluster = event.get("cluster") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return records.record_key(cluster if isinstance(cluster, str) else "", uid if isinstance(uid, str) else "")
+
+
+class _Publisher:
+    """The shared interface: publish(event), publish_raw(key, value), flush(), close(), context manager."""
+
+    def publish(self, event: dict) -> None:
+        self.publish_raw(event_key(event), records.encode(event))
+
+    def publish_raw(self, key: bytes | None, value: bytes) -> None:
+        raise NotImplementedError
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class KafkaPublisher(_Publisher):
+    """Publishes to a Kafka topic (default ``records.RAW_TOPIC``) with an idempotent producer."""
+
+    def __init__(self, bootstrap_servers, topic: str = records.RAW_TOPIC, client_id: str = "workloadmap-ingest",
+                 security: dict | None = None, compression_type: str | None = None, linger_ms: int = 5,
+                 **producer_options):
+        from kafka import KafkaProducer  # imported here: the embedded mode needs no Kafka client
+
+        security = dict(security or {})
+        unknown = set(security) - set(SECURITY_OPTIONS)
+        if unknown:
+            # name the keys only: the values may be secrets
+            raise ValueError(f"unknown security options: {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(SECURITY_OPTIONS)}")
+        self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.sent = 0
+        self._errors: list[BaseException] = []
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers, client_id=client_id,
+            enable_idempotence=True, acks="all", linger_ms=linger_ms, compression_type=compression_type,
+            **{k: v for k, v in security.items() if v is not None}, **producer_options)
+        log.info("publishing to %s on %s as %s (security: %s)", topic, bootstrap_servers, client_id,
+                 security.get("security_protocol", "PLAINTEXT"))
+
+    def __repr__(self):
+        return f"KafkaPublisher(topic={self.topic!r}, bootstrap_servers={self.bootstrap_servers!r})"
+
+    def _failed(self, exc: BaseException):
+        self._errors.append(exc)
+
+    def publish_raw(self, key: bytes | None, value: bytes) -> None:
+        self._producer.send(self.topic, key=key, value=value).add_errback(self._failed)
+        self.sent += 1
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Waits until every message sent so far is acknowledged; raises if any failed."""
+        self._producer.flush(timeout=timeout)
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise RuntimeError(f"{len(errors)} message(s) could not be published: {errors[0]!r}") from errors[0]
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._producer.close()
+
+
+class CallbackPublisher(_Publisher):
+    """Embedded mode: hands each message to ``fn(key, value_bytes)`` in-process."""
+
+    def __init__(self, fn: Callable[[bytes | None, bytes], object]):
+        self.fn = fn
+        self.sent = 0
+
+    def publish_raw(self, key: bytes | None, value: bytes) -> None:
+        self.fn(key, value)
+        self.sent += 1
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _line(message) -> str:
+    """One JSONL line for a raw event dict, a simulated event, or a (key, value bytes[, ...]) tuple."""
+    if getattr(message, "event", None) is not None:     # a simulating.SimulatedEvent
+        message = message.event
+    if isinstance(message, dict):
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    key, value = message[0], message[1]
+    try:
+        event = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        event = None
+    if (isinstance(event, dict) and "valueBase64" not in event and records.encode(event) == value
+            and event_key(event) == key):
+        return value.decode()
+    return json.dumps({"key": key.decode("utf-8", "surrogateescape") if key is not None else None,
+                       "valueBase64": base64.b64encode(value).decode()}, separators=(",", ":"))
+
+
+def write_jsonl(messages: Iterable, path) -> int:
+    """Writes messages one per line (see the module docstring); returns the count.
+
+    A message is a raw event dict, anything with a raw event in ``.event``
+    (simulated events), or a (key, value bytes[, ...]) tuple such as
+    ``simulate_messages`` yields (bad messages included).
+    """
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as out:
+        for message in messages:
+            out.write(_line(message))
+            out.write("\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path) -> Iterator[tuple[bytes | None, bytes]]:
+    """(key, value bytes) of each line, ready for ``publish_raw``: what was written, byte for byte."""
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{Path(path)}:{number}: not a JSON line: {exc}") from None
+            if isinstance(doc, dict) and "valueBase64" in doc:
+                key = doc.get("key")
+                yield (key.encode("utf-8", "surrogateescape") if key is not None else None,
+                       base64.b64decode(doc["valueBase64"]))
+            else:
+                yield event_key(doc), records.encode(doc)
