@@ -77,6 +77,67 @@ def quiet_kafka_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def simulation_options(f):
+    """The simulator's knobs, shared by `replay` and `demo`."""
+    for decl, name, kind, default, help_text in reversed([
+        ("--clusters", "clusters", int, 3, "Simulated clusters."),
+        ("--workloads", "workloads", int, 200, "Simulated workloads (all frameworks and core kinds)."),
+        ("--days", "days", float, 7.0, "Simulated days of history."),
+        ("--seed", "seed", int, 7, "Seed: the same seed gives the same history, byte for byte."),
+    ]):
+        f = click.option(decl, name, type=kind, default=default, show_default=True, help=help_text)(f)
+    return f
+
+
+def progress(label: str, total: int | None = None):
+    """A progress bar on stderr (hidden when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=not console.is_terminal)
+
+
+@click.command("replay")
+@simulation_options
+@click.option("--bad-fraction", type=float, default=0.0, show_default=True,
+              help="Share of deliberately bad messages (malformed JSON, unknown kinds, ...), for tests.")
+@click.option("--from-file", "from_file", type=click.Path(dir_okay=False, exists=True),
+              help="Replay raw events from a JSON-lines file instead of simulating.")
+@click.option("--to-file", "to_file", type=click.Path(dir_okay=False),
+              help="Write the raw events to a JSON-lines file instead of publishing them to Kafka.")
+@settings_options
+def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **options):
+    """Publish simulated (or recorded) raw object events to Kafka, or write them to a file."""
+    from workloadmap.ingest.publishing import KafkaPublisher, read_jsonl, write_jsonl
+    from workloadmap.ingest.simulating import simulate_messages
+
+    if from_file:
+        messages = ((key, value) for key, value in read_jsonl(from_file))
+    else:
+        messages = ((key, value) for key, value, _ in simulate_messages(
+            clusters=clusters, workloads=workloads, days=days, seed=seed, bad_fraction=bad_fraction))
+    if to_file:
+        count = write_jsonl(messages, to_file)
+        click.echo(f"wrote {count} raw events to {to_file}", err=True)
+        return
+    settings = from_options(options)
+    ensure_topics(settings)
+    count = 0
+    with progress("publishing") as bar, KafkaPublisher(
+            settings.bootstrap_servers, topic=settings.raw_topic, client_id=f"{settings.client_id}-replay",
+            security=settings.security()) as publisher:
+        task = bar.add_task("publishing")
+        for key, value in messages:
+            publisher.publish_raw(key, value)
+            count += 1
+            bar.advance(task)
+        publisher.flush()
+    click.echo(f"published {count} raw events to {settings.raw_topic} at {settings.bootstrap_servers}", err=True)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(run_group)
+    cli.add_command(replay)
 
