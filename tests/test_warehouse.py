@@ -1,0 +1,509 @@
+"""warehouse/: schema migrations, batch writes, dedup, intervals, offsets, crashes, and the
+Kafka writer against a real broker (including SIGKILL mid-stream and restart).
+
+Every test uses a real DuckDB file in tmp_path; the Kafka tests a real broker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from workloadmap.catalog import Catalog, records
+from workloadmap.warehouse import schema
+from workloadmap.warehouse.writing import KafkaWarehouseWriter, MalformedRecord, Warehouse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- records
+
+
+def resolved_examples() -> list[dict]:
+    catalog = Catalog.builtin()
+    folder = resources.files("workloadmap.catalog").joinpath("examples")
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            out.extend(catalog.resolve(d).to_dict() for d in yaml.safe_load_all(entry.read_text()) if d)
+    return out
+
+
+EXAMPLES = resolved_examples()
+PYTORCHJOB = next(r for r in EXAMPLES if r["kind"] == "PyTorchJob" and r["total"]["gpu"] > 0)
+
+
+def as_record(resolved: dict, cluster="c1", observed="2025-06-03T09:00:00Z", event="ADDED", **changes) -> dict:
+    rec = copy.deepcopy(resolved)
+    rec.update(cluster=cluster, observedAt=observed, eventType=event, deleted=event == "DELETED")
+    if rec["deleted"]:
+        rec["status"], rec["statuses"] = records.DELETED, [records.DELETED]
+    rec.update(changes)
+    return rec
+
+
+def lifecycle(uid="uid-1", cluster="c1") -> list[dict]:
+    """Initializing -> Running -> Running (same demand) -> scaled -> Completed -> deleted."""
+    base = dict(PYTORCHJOB, uid=uid)
+    scaled = copy.deepcopy(base["total"])
+    scaled["pods"] += 2
+    scaled["gpu"] += 16
+    scaled["gpuResources"] = {"nvidia.com/gpu": scaled["gpu"]}
+    steps = [
+        ("ADDED", "Initializing", "09:00", base["total"]),
+        ("MODIFIED", "Running", "09:05", base["total"]),
+        ("MODIFIED", "Running", "09:20", base["total"]),
+        ("MODIFIED", "Running", "10:00", scaled),
+        ("MODIFIED", "Completed", "12:00", scaled),
+        ("DELETED", "Completed", "13:00", scaled),
+    ]
+    return [as_record(base, cluster, f"2025-06-03T{hm}:00Z", event, status=status, statuses=[status],
+                      total=copy.deepcopy(total), resourceVersion=str(100 + i))
+            for i, (event, status, hm, total) in enumerate(steps)]
+
+
+def intervals(wh: Warehouse, uid="uid-1") -> list[tuple]:
+    return wh.cursor().execute("""
+        SELECT status, strftime(valid_from, '%H:%M'), strftime(valid_to, '%H:%M'), pods, gpus, gpu_resources
+        FROM status_intervals WHERE uid = ? ORDER BY valid_from, from_seq""", [uid]).fetchall()
+
+
+EXPECTED_LIFECYCLE = [
+    ("Initializing", "09:00", "09:05", 4, 32.0, {"nvidia.com/gpu": 32.0}),
+    ("Running", "09:05", "10:00", 4, 32.0, {"nvidia.com/gpu": 32.0}),
+    ("Running", "10:00", "12:00", 6, 48.0, {"nvidia.com/gpu": 48.0}),
+    ("Completed", "12:00", "13:00", 6, 48.0, {"nvidia.com/gpu": 48.0}),
+    ("Deleted", "13:00", None, 0, 0.0, {}),
+]
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def tables(conn) -> set[str]:
+    return {t for (t,) in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def test_migrate_from_empty_then_idempotent(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    conn = duckdb.connect(path)
+    assert schema.migrate(conn) == [m.version for m in schema.MIGRATIONS]
+    assert schema.migrate(conn) == []
+    assert {"workload_states", "status_intervals", "transitions", "consumer_offsets", "schema_migrations",
+            "current_workloads", "interval_gpu_usage"} <= tables(conn)
+    conn.close()
+    conn = duckdb.connect(path)  # reopened: still at the latest version, nothing re-applied
+    assert schema.migrate(conn) == []
+    assert schema.current_version(conn) == schema.LATEST_VERSION
+    assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(schema.MIGRATIONS)
+
+
+def test_migrate_v1_to_v2_keeps_data(tmp_path):
+    path = tmp_path / "w.duckdb"
+    conn = duckdb.connect(str(path))
+    assert schema.migrate(conn, target=1) == [1]
+    assert "interval_gpu_usage" not in tables(conn)
+    conn.execute("""INSERT INTO status_intervals VALUES ('c1', 'u1', 'v1', 'Job', 'ns', 'j', 'job', 'Kubernetes',
+        'Running', TIMESTAMPTZ '2025-06-03 09:00:00+00', TIMESTAMPTZ '2025-06-03 11:00:00+00',
+        2, 3, 4, 1024, MAP {'nvidia.com/gpu': 2.0, 'nvidia.com/mig-1g.10gb': 1.0}, 1)""")
+    conn.close()
+    with Warehouse(path) as wh:  # opening migrates to the latest
+        assert schema.current_version(wh.conn) == 2
+        usage = wh.cursor().execute(
+            "SELECT gpu_resource, gpus, gpu_hours FROM interval_gpu_usage ORDER BY gpu_resource").fetchall()
+    assert usage == [("nvidia.com/gpu", 2.0, 4.0), ("nvidia.com/mig-1g.10gb", 1.0, 2.0)]
+
+
+def test_a_newer_file_is_refused(tmp_path):
+    conn = duckdb.connect(str(tmp_path / "w.duckdb"))
+    schema.migrate(conn)
+    conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', now())")
+    with pytest.raises(schema.SchemaTooNewError):
+        schema.migrate(conn)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def example_batch() -> list[dict]:
+    return [as_record(r, cluster=f"c{i % 3}", observed=f"2025-06-03T09:{i % 60:02d}:00Z")
+            for i, r in enumerate(EXAMPLES)]
+
+
+def test_batch_of_resolved_examples(tmp_path):
+    batch = example_batch()
+    keys = {(r["cluster"], r["uid"], r["resourceVersion"]) for r in batch}
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        res = wh.write(batch)
+        assert res.inserted == len(keys) and res.duplicates == len(batch) - len(keys)
+        cur = wh.cursor()
+        assert cur.execute("SELECT count(DISTINCT kind) FROM workload_states").fetchone()[0] == len(
+            {r["kind"] for r in batch})
+        # Columns hold what the records say; the whole record is kept as JSON.
+        rec = batch[0]
+        row = cur.execute("""SELECT kind, framework, status, pods, gpus, cpu, memory, gpu_resources,
+                                    json_array_length(components), record->>'$.name', observed_at
+                             FROM workload_states WHERE uid = ? AND cluster = ?""",
+                          [rec["uid"], rec["cluster"]]).fetchone()
+        t = rec["total"]
+        assert row[:8] == (rec["kind"], rec["framework"], rec["status"], t["pods"], t["gpu"], t["cpu"], t["memory"],
+                           {k: float(v) for k, v in (t.get("gpuResources") or {}).items()})
+        assert row[8] == len(rec["components"]) and row[9] == rec["name"]
+        assert row[10].isoformat().startswith("2025-06-03T09:00:00")
+        # Capacity by framework matches the records.
+        gpus = dict(cur.execute("SELECT framework, sum(gpus) FROM current_workloads GROUP BY ALL").fetchall())
+        expected: dict[str, float] = {}
+        seen = set()
+        for r in batch:
+            if (r["cluster"], r["uid"]) not in seen and r["status"] != records.DELETED:
+                seen.add((r["cluster"], r["uid"]))
+        latest = {}
+        for r in batch:
+            latest[(r["cluster"], r["uid"])] = r
+        for r in latest.values():
+            expected[r["framework"]] = expected.get(r["framework"], 0) + r["total"]["gpu"]
+        assert gpus == pytest.approx(expected)
+        # Every workload has exactly one open interval.
+        assert cur.execute("""SELECT count(*) FROM (SELECT cluster, uid FROM status_intervals
+                              WHERE valid_to IS NULL GROUP BY ALL HAVING count(*) <> 1)""").fetchone()[0] == 0
+
+
+def test_replay_of_a_batch_adds_nothing(tmp_path):
+    batch = example_batch() + lifecycle()
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        first = wh.write(batch)
+        snap = lambda: sorted(map(str, wh.cursor().execute("SELECT * FROM status_intervals").fetchall()))  # noqa: E731
+        before = snap()
+        states = wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0]
+        second = wh.write(batch)
+        assert second.inserted == 0 and second.duplicates == len(batch)
+        assert wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0] == states == first.inserted
+        assert snap() == before
+        # Replaying a suffix, a prefix, one record: still nothing new.
+        assert wh.write(batch[5:]).inserted == 0 and wh.write(batch[:3]).inserted == 0
+        assert snap() == before
+
+
+@pytest.mark.parametrize("split", [None, 1, 2, 3, 5])
+def test_intervals_through_a_lifecycle(tmp_path, split):
+    recs = lifecycle()
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        if split is None:
+            wh.write(recs)
+        else:
+            wh.write(recs[:split])
+            wh.write(recs[split:])
+        assert intervals(wh) == EXPECTED_LIFECYCLE
+        assert wh.cursor().execute("SELECT count(*) FROM current_workloads").fetchone()[0] == 0
+        # GPU-hours of the workload: 32 x 1h + 48 x 3h (the Deleted interval holds nothing).
+        hours = wh.cursor().execute("SELECT sum(gpu_hours) FROM interval_gpu_usage").fetchone()[0]
+        assert hours == pytest.approx(32 * 1 + 48 * 3)
+
+
+def test_intervals_rebuilt_when_a_state_arrives_late(tmp_path):
+    recs = lifecycle()
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([recs[0], recs[2], recs[3]])
+        wh.write([recs[4], recs[5]])
+        wh.write([recs[1]])  # older than the open interval: rebuilt from the history
+        assert intervals(wh) == EXPECTED_LIFECYCLE
+
+
+def test_current_state_view_and_open_intervals(tmp_path):
+    recs = lifecycle()
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write(recs[:4] + lifecycle(uid="uid-2", cluster="c2")[:2])
+        rows = wh.cursor().execute(
+            "SELECT cluster, uid, status, pods, gpus FROM current_workloads ORDER BY uid").fetchall()
+        assert rows == [("c1", "uid-1", "Running", 6, 48.0), ("c2", "uid-2", "Running", 4, 32.0)]
+        # Demand at an instant, from intervals.
+        at = wh.cursor().execute("""SELECT sum(gpus) FROM status_intervals
+            WHERE valid_from <= TIMESTAMPTZ '2025-06-03 09:30:00+00'
+              AND coalesce(valid_to, 'infinity'::TIMESTAMPTZ) > TIMESTAMPTZ '2025-06-03 09:30:00+00'""").fetchone()[0]
+        assert at == 64.0
+
+
+def test_transitions_are_deduplicated(tmp_path):
+    t = {"cluster": "c1", "namespace": "ns", "name": "j", "kind": "Job", "uid": "u1", "framework": "Kubernetes",
+         "definition": "job", "from": None, "to": "Initializing", "at": "2025-06-03T09:00:00Z", "gpus": 8,
+         "previousDurationSeconds": None}
+    t2 = dict(t, **{"from": "Initializing", "to": "Running", "at": "2025-06-03T09:05:00Z",
+                    "previousDurationSeconds": 300})
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        res = wh.write([], [t, t2, t])
+        assert (res.transitions_inserted, res.transition_duplicates) == (2, 1)
+        assert wh.write([], [t2]).transitions_inserted == 0
+        rows = wh.cursor().execute("""SELECT from_status, to_status, gpus, previous_duration_seconds
+                                      FROM transitions ORDER BY transitioned_at""").fetchall()
+    assert rows == [(None, "Initializing", 8.0, None), ("Initializing", "Running", 8.0, 300.0)]
+
+
+def test_malformed_records_are_refused_before_writing(tmp_path):
+    good = lifecycle()[0]
+    bad = [dict(good, observedAt="yesterday"), {k: v for k, v in good.items() if k != "uid"},
+           dict(good, deleted="no"), dict(good, total={"gpu": -1, "cpu": 0, "memory": 0}), "not a dict"]
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for b in bad:
+            with pytest.raises(MalformedRecord):
+                wh.write([good, b])
+        assert wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0] == 0
+
+
+def test_offsets_are_stored_with_the_rows(tmp_path):
+    recs = lifecycle()
+    with Warehouse(tmp_path / "w.duckdb", consumer="g1") as wh:
+        wh.write(recs[:3], offsets={("wl", 0): 3, ("wl", 1): 7})
+        wh.write(recs[3:], offsets={("wl", 0): 6})
+        assert wh.offsets() == {("wl", 0): 6, ("wl", 1): 7}
+        assert wh.offsets("other") == {}
+        # A batch that fails mid-transaction (after its states went in) leaves nothing behind.
+        with pytest.raises((ValueError, TypeError)):
+            wh.write(lifecycle(uid="uid-9"), offsets={("wl", "not-a-partition"): 9})
+        assert wh.cursor().execute("SELECT count(*) FROM workload_states WHERE uid = 'uid-9'").fetchone()[0] == 0
+        assert wh.offsets() == {("wl", 0): 6, ("wl", 1): 7}
+
+
+def test_killed_before_commit_leaves_nothing_partial(tmp_path):
+    path = tmp_path / "w.duckdb"
+    with Warehouse(path) as wh:
+        wh.write(lifecycle()[:2], offsets={("wl", 0): 2})
+    # A child process writes a big batch and is SIGKILLed at COMMIT: everything of the
+    # batch had been executed inside the transaction.
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.test_warehouse import lifecycle, EXAMPLES, as_record
+        from workloadmap.warehouse.writing import Warehouse
+        wh = Warehouse({str(path)!r})
+        real = wh.conn
+        class Dying:
+            def __getattr__(self, name): return getattr(real, name)
+            def execute(self, sql, *args):
+                if sql.strip() == "COMMIT":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real.execute(sql, *args)
+        wh.conn = Dying()
+        batch = lifecycle()[2:] + [as_record(EXAMPLES[i % len(EXAMPLES)], uid=f"big-{{i}}", resourceVersion="1")
+                                   for i in range(20000)]
+        wh.write(batch, [], {{("wl", 0): 99}})
+        print("not killed")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    with Warehouse(path) as wh:
+        assert wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0] == 2
+        assert wh.offsets() == {("wl", 0): 2}
+        assert [r[0] for r in intervals(wh)] == ["Initializing", "Running"]
+        wh.write(lifecycle()[2:], offsets={("wl", 0): 6})  # the retried batch completes the history
+        assert intervals(wh) == EXPECTED_LIFECYCLE
+
+
+def test_another_process_cannot_open_the_file_while_the_writer_holds_it(tmp_path):
+    """DuckDB's rule, which `snapshot` exists for: readers use a copy."""
+    path = tmp_path / "w.duckdb"
+    read = "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); " \
+           "print(c.execute('SELECT count(*) FROM workload_states').fetchone()[0])"
+    with Warehouse(path) as wh:
+        wh.write(lifecycle())
+        proc = subprocess.run([sys.executable, "-c", read, str(path)], capture_output=True, text=True)
+        assert proc.returncode != 0 and "lock" in proc.stderr.lower()
+        snap = wh.snapshot(tmp_path / "snap.duckdb")
+        wh.write(lifecycle(uid="uid-2"))  # the writer goes on; the snapshot stays as it was
+        proc = subprocess.run([sys.executable, "-c", read, str(snap)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "6"
+    proc = subprocess.run([sys.executable, "-c", read, str(path)], capture_output=True, text=True)
+    assert proc.stdout.strip() == "12"  # once the writer is gone, read-only opens work
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+def create_topics(bootstrap: str, partitions: int = 3) -> dict[str, str]:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    suffix = uuid.uuid4().hex[:8]
+    names = {"workloads": f"wl-{suffix}", "transitions": f"tr-{suffix}", "deadletter": f"dl-{suffix}"}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="wm-test-admin")
+    try:
+        admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names.values()])
+    finally:
+        admin.close()
+    return names
+
+
+def publish(bootstrap: str, topic: str, values: list) -> None:
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for v in values:
+            if isinstance(v, dict):
+                key = records.record_key(v.get("cluster", "?"), str(v.get("uid", "?")))
+                producer.send(topic, key=key, value=records.encode(v))
+            else:
+                producer.send(topic, key=b"bad", value=v)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def end_offsets(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t)]
+        return {(tp.topic, tp.partition): o for tp, o in consumer.end_offsets(tps).items() if o}
+    finally:
+        consumer.close()
+
+
+def read_all(bootstrap: str, topic: str, n: int, timeout: float = 30) -> list[dict]:
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=int(timeout * 1000))
+    out = []
+    try:
+        for m in consumer:
+            out.append(json.loads(m.value))
+            if len(out) >= n:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+def stream(n_workloads: int, prefix: str) -> list[dict]:
+    """Lifecycles of n workloads interleaved as a stream (each workload in order)."""
+    per = [lifecycle(uid=f"{prefix}-{i}", cluster=f"c{i % 3}") for i in range(n_workloads)]
+    return [per[i][k] for k in range(6) for i in range(n_workloads)]
+
+
+def test_kafka_writer_end_to_end(kafka_broker, tmp_path):
+    bootstrap = kafka_broker.bootstrap_servers
+    topics = create_topics(bootstrap)
+    recs = stream(50, "e2e")
+    transition = {"cluster": "c1", "namespace": "ns", "name": "j", "kind": "Job", "uid": "e2e-0",
+                  "from": None, "to": "Initializing", "at": "2025-06-03T09:00:00Z", "gpus": 32,
+                  "previousDurationSeconds": None}
+    publish(bootstrap, topics["workloads"], recs[:150] + [b"{not json", {"cluster": "c1"}] + recs[150:] + recs[:20])
+    publish(bootstrap, topics["transitions"], [transition, transition])
+    ends = end_offsets(bootstrap, [topics["workloads"], topics["transitions"]])
+
+    path = tmp_path / "w.duckdb"
+    writer = KafkaWarehouseWriter(bootstrap, path, topics=(topics["workloads"], topics["transitions"]),
+                                  group_id="wm-e2e", batch_size=64, max_wait_ms=200,
+                                  transitions_topic=topics["transitions"], deadletter_topic=topics["deadletter"])
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, args=(stop,))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while (writer.totals.inserted + writer.totals.duplicates + writer.dead_letters
+           + writer.totals.transitions_inserted + writer.totals.transition_duplicates) < sum(ends.values()):
+        assert time.monotonic() < deadline, writer.totals
+        time.sleep(0.1)
+    writer.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+
+    with Warehouse(path, consumer="wm-e2e") as wh:
+        cur = wh.cursor()
+        assert cur.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(recs)
+        assert cur.execute("SELECT count(*) FROM transitions").fetchone()[0] == 1
+        assert wh.offsets() == ends
+        assert intervals(wh, "e2e-7") == EXPECTED_LIFECYCLE
+    letters = read_all(bootstrap, topics["deadletter"], 2)
+    assert sorted(d["reason"] for d in letters) == [records.MALFORMED_JSON, records.MISSING_FIELDS]
+    assert {d["stage"] for d in letters} == {"warehouse"}
+
+
+WRITER_SCRIPT = textwrap.dedent("""
+    import json, signal, sys, threading
+    from workloadmap.warehouse.writing import KafkaWarehouseWriter
+    bootstrap, path, workloads, transitions, deadletter = sys.argv[1:6]
+    def report(result, n):
+        print(json.dumps({"messages": n, "inserted": result.inserted, "duplicates": result.duplicates}), flush=True)
+    writer = KafkaWarehouseWriter(bootstrap, path, topics=(workloads, transitions), group_id="wm-crash",
+                                  batch_size=50, max_wait_ms=100, transitions_topic=transitions,
+                                  deadletter_topic=deadletter, on_batch=report,
+                                  commit_to_kafka=False)  # so only DuckDB's offsets can say where to resume
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    writer.run(stop)
+    print("stopped", flush=True)
+""")
+
+
+class WriterProcess:
+    def __init__(self, *args: str):
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.batches: list[dict] = []
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("{"):
+                self.batches.append(json.loads(line))
+
+    def messages(self) -> int:
+        return sum(b["messages"] for b in self.batches)
+
+    def wait_for(self, n: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while self.messages() < n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"writer exited or stalled at {self.messages()}/{n}: {self.proc.stderr.read()}")
+            time.sleep(0.05)
+
+
+def test_kafka_writer_killed_mid_stream_and_restarted(kafka_broker, tmp_path):
+    bootstrap = kafka_broker.bootstrap_servers
+    topics = create_topics(bootstrap)
+    args = (bootstrap, str(tmp_path / "w.duckdb"), topics["workloads"], topics["transitions"], topics["deadletter"])
+    first, second = stream(400, "a"), stream(100, "b")  # 2400 + 600 records
+    publish(bootstrap, topics["workloads"], first)
+
+    writer = WriterProcess(*args)
+    writer.wait_for(600)  # some batches committed, more in flight
+    writer.proc.send_signal(signal.SIGKILL)
+    writer.proc.wait(10)
+    written_before = writer.messages()
+    assert written_before < len(first)
+
+    republished = first[:100]  # a producer replaying what it already sent
+    publish(bootstrap, topics["workloads"], second + republished)
+    restarted = WriterProcess(*args)
+    restarted.wait_for(len(first) + len(second) + len(republished) - written_before)
+    restarted.proc.send_signal(signal.SIGTERM)
+    assert restarted.proc.wait(30) == 0
+    assert "stopped" in restarted.lines
+
+    # The restart began exactly where the committed batches ended: it read nothing twice,
+    # and its only duplicates are the re-published records.
+    assert restarted.messages() == len(first) + len(second) + len(republished) - written_before
+    assert sum(b["duplicates"] for b in restarted.batches) == len(republished)
+    with Warehouse(args[1], consumer="wm-crash") as wh:
+        cur = wh.cursor()
+        assert cur.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(first) + len(second)
+        assert cur.execute("""SELECT count(*) FROM (SELECT cluster, uid, resource_version FROM workload_states
+                              GROUP BY ALL HAVING count(*) > 1)""").fetchone()[0] == 0
+        assert wh.offsets() == end_offsets(bootstrap, [topics["workloads"]])
+        for uid in ("a-0", "a-399", "b-99"):
+            assert intervals(wh, uid) == EXPECTED_LIFECYCLE

@@ -1,0 +1,205 @@
+"""The warehouse's DuckDB schema, versioned, with forward migrations.
+
+Why versioned: the DuckDB file outlives the code that wrote it (a history of
+weeks), so a newer writer must upgrade an older file in place, never ask for a
+fresh one.  ``migrate(conn)`` applies every pending numbered migration, each in
+its own transaction together with its row in ``schema_migrations``: a crash
+mid-migration leaves the file at the previous version, and re-running is a
+no-op.  Migrations only ever move forward; a file newer than the code is
+refused rather than written with the wrong layout.
+
+Tables and views (version 2):
+
+``workload_states`` — append-only history, one row per workload record
+    (topic ``workloadmap.workloads.v1``).  Deduplicated on
+    ``(cluster, uid, version_key, deleted)``: ``version_key`` is the object's
+    ``resourceVersion`` (or ``'@' || observedAt`` when it has none), and
+    ``deleted`` is part of the key so that a deletion reported with the
+    object's last resourceVersion is still a new fact.  ``seq`` is the arrival
+    order (the writer is single, so it is a plain counter); states of one
+    workload are ordered by ``(observed_at, seq)``.  A deleted record is stored
+    with ``status = 'Deleted'`` and zero ``pods/gpus/cpu/memory`` and an empty
+    ``gpu_resources`` (it holds nothing from then on; the object's last
+    demand is still in ``record``).  ``gpu_resources`` is a
+    ``MAP(VARCHAR, DOUBLE)`` (GPU resource name -> count, keys sorted),
+    ``components`` and ``record`` (the whole record as received) are JSON.
+    ``cpu`` is in cores, ``memory`` in bytes.
+
+``status_intervals`` — one row per stretch of time a workload spent in one
+    status with one demand: ``valid_from`` .. ``valid_to`` (``NULL`` while
+    open).  Maintained by the writer in the same transaction as the states: a
+    new interval opens when status or demand (pods, gpus, cpu, memory,
+    gpu_resources) changes and closes the previous one at that instant.  A
+    deletion opens a final ``'Deleted'`` interval with zero demand that never
+    closes, so "status at instant t" stays answerable and GPU-hours are
+    ``sum(gpus * (coalesce(valid_to, now()) - valid_from))``.  ``from_seq`` is
+    the state that opened the interval.  States are deduplicated before
+    intervals are touched, so replays never disturb them; a state older than
+    the open interval (out-of-order delivery) makes the writer rebuild that
+    workload's intervals from its whole history.
+
+``transitions`` — status transitions (topic ``workloadmap.transitions.v1``),
+    deduplicated on ``(cluster, uid, transitioned_at, to_status)`` (the
+    record's ``at`` and ``to``).
+
+``consumer_offsets`` — ``(consumer, topic, partition) -> next_offset``: the
+    next Kafka offset to read, written in the same transaction as the rows it
+    covers.  The Kafka writer seeks to these on assignment, so a crash loses
+    nothing and a replay duplicates nothing.
+
+``current_workloads`` (view) — the latest state of every workload that is not
+    deleted.
+
+``interval_gpu_usage`` (view, version 2) — ``status_intervals`` unnested per
+    GPU resource name (one row per interval and resource name, with
+    ``gpu_hours`` up to ``now()`` for open intervals): the base of cost reports
+    priced per GPU model.
+
+``schema_migrations`` — ``(version, name, applied_at)``, one row per applied
+    migration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+SCHEMA_VERSION_TABLE = "schema_migrations"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_IDENTITY = """
+    cluster          VARCHAR NOT NULL,
+    uid              VARCHAR NOT NULL,
+    api_version      VARCHAR,
+    kind             VARCHAR NOT NULL,
+    namespace        VARCHAR,
+    name             VARCHAR,
+    definition       VARCHAR,
+    framework        VARCHAR,"""
+
+_DEMAND = """
+    pods             INTEGER NOT NULL,
+    gpus             DOUBLE NOT NULL,
+    cpu              DOUBLE NOT NULL,
+    memory           BIGINT NOT NULL,
+    gpu_resources    MAP(VARCHAR, DOUBLE) NOT NULL"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "history, intervals, transitions, offsets, current view", (
+        f"""CREATE TABLE workload_states (
+    seq              BIGINT NOT NULL,{_IDENTITY}
+    resource_version VARCHAR,
+    version_key      VARCHAR NOT NULL,
+    generation       BIGINT,
+    origin           VARCHAR,
+    creation_timestamp TIMESTAMPTZ,
+    observed_at      TIMESTAMPTZ NOT NULL,
+    event_type       VARCHAR NOT NULL,
+    deleted          BOOLEAN NOT NULL,
+    status           VARCHAR NOT NULL,
+    phase            VARCHAR,{_DEMAND},
+    components       JSON,
+    record           JSON NOT NULL
+)""",
+        f"""CREATE TABLE status_intervals ({_IDENTITY}
+    status           VARCHAR NOT NULL,
+    valid_from       TIMESTAMPTZ NOT NULL,
+    valid_to         TIMESTAMPTZ,{_DEMAND},
+    from_seq         BIGINT NOT NULL
+)""",
+        """CREATE TABLE transitions (
+    cluster          VARCHAR NOT NULL,
+    uid              VARCHAR NOT NULL,
+    namespace        VARCHAR,
+    name             VARCHAR,
+    kind             VARCHAR,
+    framework        VARCHAR,
+    definition       VARCHAR,
+    from_status      VARCHAR,
+    to_status        VARCHAR NOT NULL,
+    transitioned_at  TIMESTAMPTZ NOT NULL,
+    gpus             DOUBLE,
+    previous_duration_seconds DOUBLE
+)""",
+        """CREATE TABLE consumer_offsets (
+    consumer         VARCHAR NOT NULL,
+    topic            VARCHAR NOT NULL,
+    partition        INTEGER NOT NULL,
+    next_offset      BIGINT NOT NULL,
+    updated_at       TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (consumer, topic, partition)
+)""",
+        """CREATE VIEW current_workloads AS
+SELECT * FROM workload_states
+QUALIFY row_number() OVER (PARTITION BY cluster, uid ORDER BY observed_at DESC, seq DESC) = 1
+    AND status <> 'Deleted'""",
+    )),
+    Migration(2, "interval_gpu_usage view: intervals per GPU resource name", (
+        """CREATE VIEW interval_gpu_usage AS
+SELECT i.cluster, i.uid, i.kind, i.namespace, i.name, i.definition, i.framework, i.status,
+       i.valid_from, i.valid_to, g.resource AS gpu_resource, g.gpus,
+       g.gpus * epoch(coalesce(i.valid_to, now()) - i.valid_from) / 3600.0 AS gpu_hours
+FROM status_intervals i,
+     LATERAL (SELECT unnest(map_keys(i.gpu_resources)) AS resource,
+                     unnest(map_values(i.gpu_resources)) AS gpus) g""",
+    )),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+class SchemaTooNewError(RuntimeError):
+    """The file was migrated by a newer workloadmap than this one."""
+
+
+def applied_versions(conn) -> list[int]:
+    exists = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'",
+        [SCHEMA_VERSION_TABLE]).fetchone()[0]
+    if not exists:
+        return []
+    return [v for (v,) in conn.execute(f"SELECT version FROM {SCHEMA_VERSION_TABLE} ORDER BY version").fetchall()]
+
+
+def current_version(conn) -> int:
+    versions = applied_versions(conn)
+    return versions[-1] if versions else 0
+
+
+def migrate(conn, target: int | None = None) -> list[int]:
+    """Apply pending migrations up to `target` (default: latest); return the versions applied.
+
+    Each migration runs in its own transaction with its bookkeeping row, so the
+    file is always at a whole version.  Idempotent.
+    """
+    target = LATEST_VERSION if target is None else target
+    conn.execute(f"""CREATE TABLE IF NOT EXISTS {SCHEMA_VERSION_TABLE} (
+        version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMPTZ NOT NULL)""")
+    done = set(applied_versions(conn))
+    newest = max(done, default=0)
+    if newest > LATEST_VERSION:
+        raise SchemaTooNewError(
+            f"warehouse schema version {newest} is newer than this workloadmap knows ({LATEST_VERSION})")
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.version in done or migration.version > target:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for statement in migration.statements:
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {SCHEMA_VERSION_TABLE} VALUES (?, ?, ?)",
+                         [migration.version, migration.name, datetime.now(timezone.utc)])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(migration.version)
+    return applied
