@@ -167,10 +167,6 @@ def test_batch_of_resolved_examples(tmp_path):
         # Capacity by framework matches the records.
         gpus = dict(cur.execute("SELECT framework, sum(gpus) FROM current_workloads GROUP BY ALL").fetchall())
         expected: dict[str, float] = {}
-        seen = set()
-        for r in batch:
-            if (r["cluster"], r["uid"]) not in seen and r["status"] != records.DELETED:
-                seen.add((r["cluster"], r["uid"]))
         latest = {}
         for r in batch:
             latest[(r["cluster"], r["uid"])] = r
