@@ -20,13 +20,15 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(BIN)/workloadmap resolve --examples -o tree
+	$(BIN)/workloadmap demo
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/resolve_bench.py
+	$(BIN)/python bench/simulate_bench.py
+	$(BIN)/python bench/warehouse_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -519,6 +519,7 @@ class KafkaWarehouseWriter:
         self._consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, client_id=self.client_id,
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.batch_size,
+            isolation_level="read_committed",  # the processors publish in transactions
             **self.security)
         self._consumer.subscribe(list(self.topics), listener=Seeker())
 
