@@ -86,10 +86,7 @@ def run_warehouse(snapshot_path, snapshot_every, **options):
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
         transitions_topic=settings.transitions_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
-    try:
-        totals = writer.run(stop)  # returns after SIGTERM/SIGINT, once the batch in hand is committed
-    finally:
-        writer.close()
+    totals = writer.run(stop)  # returns after SIGTERM/SIGINT, once the batch in hand is committed and closed
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "
                f"written; {totals.duplicates} duplicates dropped", err=True)
 

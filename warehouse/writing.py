@@ -494,6 +494,7 @@ class KafkaWarehouseWriter:
         self._consumer = None
         self._producer = None
         self._last_snapshot = 0.0
+        self._closed = False
 
     # ------------------------------------------------------------------ Kafka clients
 
@@ -617,6 +618,10 @@ class KafkaWarehouseWriter:
         self._stop.set()
 
     def close(self) -> None:
+        """Write what is in hand and release everything; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._flush()
         finally:
