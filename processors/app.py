@@ -1,21 +1,28 @@
 """The faust-streaming app: raw events in, records, transitions and dead letters out.
 
 One agent consumes the raw topic.  For each message it calls
-:class:`~processing.Processor`, writes the record into the ``object-states``
-table, sends the record's transition (if its status changed) and any dead
-letter.  The table's changelog topic IS the records topic: writing an
-object's state and publishing its record are the same message, and a
-restarted worker rebuilds its states by reading the records back.
+:class:`~processing.Processor` and sends the record (to the same partition
+number of the records topic as its raw event), its transition if the status
+changed, and any dead letter.
 
-Delivery: faust's ``exactly_once`` guarantee wraps the outputs and the
-input offsets of each commit in one Kafka transaction, so a worker killed
-mid-stream neither loses nor repeats a record or transition; readers use
-``read_committed``.  Several workers split the raw topic's partitions and the
-state table with them (the record key is the partition key: cluster/uid).
+Delivery: faust's ``exactly_once`` guarantee wraps the outputs and the input
+offsets of each commit in one Kafka transaction; readers use
+``read_committed``.  The per-object state is the latest record of each
+object, kept in memory and rebuilt, when a worker is assigned raw partition
+p, from partition p of the records topic (committed records only).  So after
+a crash the state is exactly what the committed records say, and the raw
+events after the committed offsets are processed again against it: nothing
+is lost and nothing repeated.  (A faust Table is not used for this state: in
+exactly-once mode faust commits a transaction without first flushing the
+table's changelog buffer, so a killed worker could leave offsets committed
+and their state changes lost.)
+
+Several workers split the raw topic's partitions, and the state with them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from dataclasses import dataclass, field
@@ -24,7 +31,7 @@ import faust
 
 from workloadmap.catalog import records
 
-from .processing import Processor, summary_of, transition_of
+from .processing import MemoryStates, Processor, summary_of, transition_of
 
 
 @dataclass
@@ -58,18 +65,56 @@ def _credentials(security: dict):
     return faust.SSLCredentials(ssl_context) if ssl_context else None
 
 
-class TableStates:
-    """The Processor's state store over the faust table (values: record bytes)."""
+class PartitionStates:
+    """Object states of the raw partitions this worker owns, rebuilt from the records topic."""
 
-    def __init__(self, table):
-        self.table = table
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.by_partition: dict[int, MemoryStates] = {}
+        self.current: MemoryStates | None = None  # the states of the partition being processed
 
     def get(self, key: str):
-        value = self.table.get(key.encode())
-        return summary_of(json.loads(value)) if value is not None else None
+        return self.current.get(key)
 
     def remember(self, key: str, record: dict, value: bytes) -> None:
-        self.table[key.encode()] = value
+        self.current.remember(key, record, value)
+
+    def use(self, partition: int) -> None:
+        self.current = self.by_partition.setdefault(partition, MemoryStates())
+
+    def forget(self, partitions) -> None:
+        for p in partitions:
+            self.by_partition.pop(p, None)
+
+    def recover(self, partitions) -> None:
+        """Read the committed records of these partitions (blocking: run it in an executor)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        tps = [TopicPartition(self.settings.workloads_topic, p) for p in partitions]
+        consumer = KafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, enable_auto_commit=False,
+                                 isolation_level="read_committed", client_id=f"{self.settings.app_id}-recovery",
+                                 **_kafka_python_security(self.settings.security))
+        try:
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            ends = consumer.end_offsets(tps)  # the last stable offsets: committed records only
+            states = {tp.partition: MemoryStates() for tp in tps}
+            remaining = {tp for tp in tps if consumer.position(tp) < ends[tp]}
+            while remaining:
+                for tp, messages in consumer.poll(timeout_ms=1000).items():
+                    for m in messages:
+                        record = json.loads(m.value)
+                        states[tp.partition][m.key.decode()] = summary_of(record)
+                remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
+        finally:
+            consumer.close()
+        self.by_partition.update(states)
+
+
+def _kafka_python_security(security: dict) -> dict:
+    return {k: v for k, v in security.items()
+            if k in ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+                     "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
 
 def create_app(settings: Settings, processor: Processor | None = None) -> faust.App:
@@ -90,30 +135,40 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         value_serializer="raw",
         broker_commit_every=2000,
         broker_commit_interval=0.5,
+        broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
     )
     raw = app.topic(settings.raw_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
-    workloads = app.topic(settings.workloads_topic, key_type=bytes, value_type=bytes,
-                          partitions=settings.partitions, internal=True)
+    workloads = app.topic(settings.workloads_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
     transitions = app.topic(settings.transitions_topic, key_type=bytes, value_type=bytes,
-                            partitions=settings.partitions, internal=True)
+                            partitions=settings.partitions)
     deadletters = app.topic(settings.deadletter_topic, key_type=bytes, value_type=bytes,
-                            partitions=settings.partitions, internal=True)
-    table = app.Table("object-states", key_type=bytes, value_type=bytes, partitions=settings.partitions,
-                      changelog_topic=workloads)
-    states = TableStates(table)
+                            partitions=settings.partitions)
+    states = PartitionStates(settings)
+
+    @app.on_partitions_assigned.connect
+    async def recover_states(app, assigned, **kwargs):
+        mine = {tp.partition for tp in assigned if tp.topic == settings.raw_topic}
+        states.forget(set(states.by_partition) - mine)
+        fresh = sorted(mine - set(states.by_partition))
+        if fresh:
+            await asyncio.get_running_loop().run_in_executor(None, states.recover, fresh)
 
     @app.agent(raw)
     async def process(stream):
+        # Sends from an agent are attached to the event and published with its commit,
+        # inside the same transaction as the raw offsets.
         async for event in stream.events():
             msg = event.message
+            states.use(msg.partition)
             out = processor.process(msg.key, msg.value, states, topic=msg.topic, partition=msg.partition,
                                     offset=msg.offset)
             for key, value in out.records:
+                await workloads.send(key=key, value=value, partition=msg.partition)
                 transition = transition_of(json.loads(value))
                 if transition is not None:
-                    await transitions.send(key=key, value=records.encode(transition))
+                    await transitions.send(key=key, value=records.encode(transition), partition=msg.partition)
             for key, value in out.dead_letters:
-                await deadletters.send(key=key, value=value)
+                await deadletters.send(key=key, value=value, partition=msg.partition)
             yield None
 
     app.workloadmap_settings = settings
