@@ -19,3 +19,7 @@ def example_objects(name: str) -> dict:
     """metadata.name -> object, from catalog/examples/NAME.yaml."""
     text = resources.files("workloadmap.catalog").joinpath(f"examples/{name}.yaml").read_text()
     return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
+
+
+# A real Kafka broker (KRaft, loopback) for the whole session: see tests/services/.
+from tests.services.fixtures import kafka_broker  # noqa: E402, F401

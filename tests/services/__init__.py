@@ -1,0 +1,1 @@
+"""Real services (a Kafka broker, ...) that tests and benchmarks start on loopback."""
