@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench clean kafka-jars
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/workloadmap demo
 
-test: $(VENV)/.installed-test
+# The real Kafka broker's jars (Maven Central, cached in ~/.m2 and ~/.cache/workloadmap).
+kafka-jars: $(VENV)/.installed-test
+	$(BIN)/python -m tests.services.kafka_broker fetch
+
+test: $(VENV)/.installed-test kafka-jars
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed
