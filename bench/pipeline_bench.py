@@ -1,0 +1,163 @@
+"""Benchmark: the pipeline on a real broker, from publish to DuckDB visibility.
+
+Starts a Kafka broker (tests/services), one processor worker (`workloadmap run
+processors`, a subprocess) and the warehouse writer (in this process, so
+visibility is observed the moment a batch commits).  Two measurements:
+
+- sustained: publish --events simulated raw events as fast as possible;
+  events/s = events / (last row visible - first publish);
+- latency: publish at a fixed --rate (1,000 events/s) for --seconds; per
+  event, the time from publish to its row being visible in DuckDB; p50/p99.
+
+Prints one JSON line.  Targets on the 2-core machine: >= 5,000 events/s, p99 <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.services.kafka_broker import KafkaBroker  # noqa: E402
+from workloadmap.ingest.publishing import KafkaPublisher  # noqa: E402
+from workloadmap.ingest.simulating import simulate_messages  # noqa: E402
+from workloadmap.warehouse.writing import KafkaWarehouseWriter  # noqa: E402
+
+
+def _messages(n: int, seed: int):
+    """n good raw messages (key, value, uid, resourceVersion), simulated."""
+    out = []
+    workloads = max(50, n // 7)
+    for key, value, intent in simulate_messages(clusters=3, workloads=workloads, days=7, seed=seed):
+        meta = intent.event["object"]["metadata"]
+        out.append((key, value, meta["uid"], meta["resourceVersion"]))
+        if len(out) == n:
+            break
+    return out
+
+
+class Run:
+    def __init__(self, broker, tmp: Path, tag: str):
+        self.broker = broker
+        self.env = dict(os.environ, WORKLOADMAP_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
+                        WORKLOADMAP_RAW_TOPIC=f"raw-{tag}", WORKLOADMAP_WORKLOADS_TOPIC=f"workloads-{tag}",
+                        WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{tag}",
+                        WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{tag}", WORKLOADMAP_CLIENT_ID=f"bench-{tag}")
+        self.tag = tag
+        self.log = open(tmp / f"processors-{tag}.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "processors"], env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.visible: dict[tuple[str, str], float] = {}
+        self.writer = KafkaWarehouseWriter(
+            broker.bootstrap_servers, tmp / f"bench-{tag}.duckdb",
+            topics=(f"workloads-{tag}", f"transitions-{tag}"), group_id=f"bench-{tag}-warehouse",
+            transitions_topic=f"transitions-{tag}", deadletter_topic=f"deadletter-{tag}",
+            commit_to_kafka=False, on_batch=self._on_batch)
+        self._last_seq = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.writer.run, args=(self.stop,), daemon=True)
+
+    def _on_batch(self, result, count):
+        now = time.time()
+        rows = self.writer.warehouse.cursor().execute(
+            "SELECT seq, uid, resource_version FROM workload_states WHERE seq > ?", [self._last_seq]).fetchall()
+        for seq, uid, rv in rows:
+            self.visible.setdefault((uid, rv), now)
+            self._last_seq = max(self._last_seq, seq)
+
+    def start(self):
+        # topics exist once the processor has started (it creates them)
+        deadline = time.time() + 120
+        from kafka import KafkaAdminClient
+        admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap_servers)
+        while f"raw-{self.tag}" not in admin.list_topics():
+            assert time.time() < deadline, "processor did not create the topics"
+            time.sleep(0.5)
+        admin.close()
+        self.thread.start()
+        time.sleep(8)  # the worker joins its group and recovers its (empty) state
+
+    def wait(self, keys, timeout=600):
+        deadline = time.time() + timeout
+        while not all(k in self.visible for k in keys):
+            assert self.proc.poll() is None, "processor exited"
+            if time.time() > deadline:
+                raise RuntimeError(f"{sum(k in self.visible for k in keys)} of {len(keys)} visible")
+            time.sleep(0.05)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(60)
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=30000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+    messages = _messages(args.events + args.rate * args.seconds, seed=5)
+    sustained_msgs, latency_msgs = messages[:args.events], messages[args.events:]
+    with tempfile.TemporaryDirectory() as tmpdir, KafkaBroker() as broker:
+        tmp = Path(tmpdir)
+        run = Run(broker, tmp, uuid.uuid4().hex[:6])
+        run.start()
+        try:
+            started = time.time()
+            with KafkaPublisher(broker.bootstrap_servers, topic=f"raw-{run.tag}") as publisher:
+                for key, value, _, _ in sustained_msgs:
+                    publisher.publish_raw(key, value)
+                publisher.flush()
+            published = time.time()
+            keys = [(uid, rv) for _, _, uid, rv in sustained_msgs]
+            run.wait(keys)
+            sustained = len(keys) / (max(run.visible[k] for k in keys) - started)
+
+            sent: dict[tuple[str, str], float] = {}
+            with KafkaPublisher(broker.bootstrap_servers, topic=f"raw-{run.tag}", linger_ms=0) as publisher:
+                t0 = time.time()
+                for i, (key, value, uid, rv) in enumerate(latency_msgs):
+                    due = t0 + i / args.rate
+                    delay = due - time.time()
+                    if delay > 0:
+                        time.sleep(delay)
+                    publisher.publish_raw(key, value)
+                    sent[(uid, rv)] = time.time()
+                publisher.flush()
+            run.wait(list(sent))
+            latencies = sorted(run.visible[k] - t for k, t in sent.items())
+        finally:
+            run.close()
+
+    def pct(q):
+        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3)
+
+    print(json.dumps({
+        "benchmark": "pipeline publish-to-duckdb",
+        "processor_workers": 1,
+        "events": len(sustained_msgs),
+        "publish_seconds": round(published - started, 2),
+        "sustained_events_per_second": round(sustained),
+        "latency_rate_events_per_second": args.rate,
+        "latency_events": len(latencies),
+        "latency_p50_seconds": pct(0.50),
+        "latency_p99_seconds": pct(0.99),
+        "latency_max_seconds": round(latencies[-1], 3),
+        "targets": {"sustained_events_per_second": 5000, "latency_p99_seconds": 2.0},
+    }))
+
+
+if __name__ == "__main__":
+    main()
