@@ -1,12 +1,17 @@
-"""The one output dialect of every command: ``-o table|tree|json|yaml``.
+"""The one output dialect of every command: ``-o table|tree|json|yaml|csv``.
 
 Commands hand a list of JSON-ready items and, for the human formats, a
 renderer; this module prints them.  JSON and YAML are always
 ``{"items": [...], "count": N}`` so scripts read every command the same way.
+CSV (for commands whose items are flat rows) is one header line, the keys of
+the items (or `columns`), then one line per item; nested values are JSON,
+None is empty.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 
@@ -27,14 +32,34 @@ def console() -> Console:
     return Console(soft_wrap=False, highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
-def emit(fmt: str, items: list, *, table=None, tree=None) -> None:
-    """Print items in a format; `table`/`tree` build rich renderables from the items."""
+def _csv_cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
+
+
+def emit(fmt: str, items: list, *, table=None, tree=None, columns: list[str] | None = None) -> None:
+    """Print items in a format; `table`/`tree` build rich renderables from the items.
+
+    `columns` fixes the CSV header (default: the keys of the items, in first-seen order).
+    """
     if fmt == "json":
         click.echo(json.dumps({"items": items, "count": len(items)}, indent=2, ensure_ascii=False))
     elif fmt == "yaml":
         click.echo(yaml.safe_dump({"items": items, "count": len(items)}, sort_keys=False, allow_unicode=True), nl=False)
     elif fmt == "table":
         console().print(table(items))
+    elif fmt == "csv":
+        if columns is None:
+            columns = list(dict.fromkeys(key for item in items for key in item))
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        for item in items:
+            writer.writerow([_csv_cell(item.get(c)) for c in columns])
+        click.echo(buffer.getvalue(), nl=False)
     elif fmt == "tree":
         out = console()
         for renderable in tree(items):

@@ -1,0 +1,183 @@
+"""Reading the warehouse: read-only connections and the named SQL queries of ``queries/``.
+
+Why named files: the questions users come for (capacity now, at an instant,
+over a window; the event feed; exports) are SQL, and SQL is best read,
+reviewed and reused as SQL.  Each ``queries/NAME.sql`` starts with a comment
+header: what it answers, then its named parameters (``$name``).  Parameters
+are always bound by DuckDB (``execute(sql, {name: value})``), never formatted
+into the text; a parameter a caller leaves out is bound as NULL, which every
+query reads as "no filter" / "the default".
+
+Why read-only: DuckDB lets one process write a file, and while it does no
+other process may open it at all (not even read-only).  Readers open either a
+stopped warehouse or a snapshot the writer keeps (``run warehouse --snapshot
+FILE``) with ``open_readonly``, which also disables file-system access from
+SQL (no COPY TO, ATTACH, read_csv ...) and locks the configuration, so an
+ad-hoc query can read the warehouse and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+
+from workloadmap.warehouse.schema import LATEST_VERSION, current_version
+
+QUERIES_DIR = Path(__file__).resolve().parent / "queries"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class WarehouseUnavailable(RuntimeError):
+    """The warehouse file cannot be opened for reading (missing, held by the writer, too old)."""
+
+
+class ReadOnlyViolation(RuntimeError):
+    """A statement tried to change the warehouse or touch files; DuckDB refused it."""
+
+
+class QueryError(ValueError):
+    """A query that cannot run as asked (unknown name, parameters that do not match, bad SQL)."""
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def open_readonly(path: str | os.PathLike, *, sandbox: bool = True) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a warehouse file, with a clear error when it cannot be had.
+
+    `sandbox` (default) also turns off DuckDB's access to other files and locks
+    the configuration (for user SQL); the exporter passes False to write Parquet.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise WarehouseUnavailable(f"{path}: no such warehouse file")
+    try:
+        conn = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            raise WarehouseUnavailable(
+                f"{path} is held by a running writer (DuckDB lets no other process open it, not even "
+                f"read-only): query a snapshot instead, kept by `workloadmap run warehouse --snapshot FILE`. "
+                f"DuckDB said: {exc}") from None
+        raise WarehouseUnavailable(f"{path}: {exc}") from None
+    # DuckDB shares one database instance per file within a process: a connection
+    # opened earlier (and maybe still cached) may have set and locked all this already.
+    locked, external = conn.execute(
+        "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
+    if not locked:
+        conn.execute("SET TimeZone = 'UTC'")  # timestamps and dates in UTC, whatever the machine's zone
+        if sandbox:
+            conn.execute("SET enable_external_access = false")
+            conn.execute("SET lock_configuration = true")
+    elif not sandbox and not external:
+        conn.close()
+        raise WarehouseUnavailable(f"{path} is open in this process without file access; close that connection first")
+    version = current_version(conn)
+    if version < LATEST_VERSION:
+        conn.close()
+        raise WarehouseUnavailable(
+            f"{path} has schema version {version}, this workloadmap reads {LATEST_VERSION}: "
+            f"open it once with the writer (`workloadmap run warehouse`) to migrate it")
+    return conn
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Result:
+    """Column names and rows of one query."""
+
+    columns: list[str]
+    rows: list[tuple] = field(default_factory=list)
+
+    def dicts(self) -> list[dict]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+
+def _run(conn, sql: str, params: dict) -> Result:
+    try:
+        cur = conn.execute(sql, params or None)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if cur.description else []
+    except (duckdb.InvalidInputException, duckdb.PermissionException) as exc:
+        text = str(exc)
+        if "read-only mode" in text or "disabled by configuration" in text or "configuration has been locked" in text:
+            raise ReadOnlyViolation(
+                f"refused: the warehouse is opened read-only and without file access, and DuckDB rejected "
+                f"the statement ({text.splitlines()[0]})") from None
+        raise QueryError(text) from None
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    return Result(columns, rows)
+
+
+def run_sql(conn, sql: str, params: dict | None = None) -> Result:
+    """Run ONE statement of user SQL with its named parameters bound.
+
+    Every ``$name`` in the statement must be given and nothing else: a typo
+    in a parameter name fails loudly instead of silently binding nothing.
+    Writes are refused by the connection (see ``open_readonly``), not by
+    parsing: DuckDB itself is the judge.
+    """
+    params = dict(params or {})
+    try:
+        statements = conn.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    if len(statements) != 1:
+        raise QueryError(f"give exactly one SQL statement (got {len(statements)})")
+    wanted = set(statements[0].named_parameters)
+    missing, unknown = sorted(wanted - params.keys()), sorted(params.keys() - wanted)
+    if missing:
+        raise QueryError(f"parameters without a value: {', '.join('$' + m for m in missing)} (use -p NAME=VALUE)")
+    if unknown:
+        raise QueryError(f"parameters the query does not use: {', '.join(unknown)}")
+    return _run(conn, sql, params)
+
+
+# --------------------------------------------------------------------------- named queries
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    name: str
+    sql: str
+    summary: str  # the first line of the header comment
+    parameters: frozenset[str]
+
+
+@lru_cache(maxsize=None)
+def load_query(name: str) -> NamedQuery:
+    """The query in ``queries/NAME.sql`` with its header's first line and its parameters."""
+    if not _NAME.match(name):
+        raise QueryError(f"{name!r} is not a query name")
+    path = QUERIES_DIR / f"{name}.sql"
+    try:
+        sql = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise QueryError(f"no named query {name!r} (known: {', '.join(query_names())})") from None
+    header = [line[2:].strip() for line in sql.splitlines() if line.startswith("--")]
+    statements = duckdb.connect().extract_statements(sql)  # parse only: names of the parameters
+    if len(statements) != 1:
+        raise QueryError(f"{path.name}: a named query is one statement")
+    return NamedQuery(name, sql, header[0] if header else "", frozenset(statements[0].named_parameters))
+
+
+def query_names() -> list[str]:
+    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
+
+
+def run_query(conn, name: str, **params) -> Result:
+    """Run a named query; parameters it declares but the caller omits are bound as NULL."""
+    query = load_query(name)
+    unknown = sorted(params.keys() - query.parameters)
+    if unknown:
+        raise QueryError(f"query {name} has no parameter {', '.join('$' + u for u in unknown)}")
+    bound = {p: params.get(p) for p in query.parameters}
+    return _run(conn, query.sql, bound)
