@@ -1,0 +1,283 @@
+"""`workloadmap cost`: GPU-hours, CPU core-hours, memory GiB-hours and their cost over a window.
+
+The numbers come from the warehouse (``warehouse/costing.py`` over the named
+query ``cost_usage``); this module reads the options, opens the warehouse
+read-only and prints the report as a table, JSON, CSV or a self-contained
+HTML file with charts (``cost_html.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+
+import click
+from rich.table import Table
+
+from workloadmap.warehouse import costing
+from workloadmap.warehouse.pricing import PricingError, load_pricing
+from workloadmap.warehouse.querying import QueryError, run_query
+
+from . import cost_html
+from .analytics_commands import connect, duckdb_option, fail, parse_instant, split_values
+from .outputs import emit, output_option
+
+STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
+_RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)([dhm])$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+LABELS = {"cluster": "Cluster", "namespace": "Namespace", "framework": "Framework", "workload": "Workload"}
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """An instant as `capacity` reads it (RFC 3339 / ISO 8601, naive = UTC), or `now`, or `7d`/`12h`/`30m` ago."""
+    now = now or datetime.now(timezone.utc)
+    text = text.strip()
+    if text == "now":
+        return now
+    m = _RELATIVE.match(text)
+    if m:
+        return now - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+    return parse_instant(text).astimezone(timezone.utc)
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _short(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def item_of(row: costing.CostRow, report: costing.CostReport) -> dict:
+    """The JSON form of a row (also the CSV columns, without gpuHoursByResource)."""
+    item = {"periodStart": iso(row.period_start), "periodEnd": iso(row.period_end)}
+    for d in report.columns:
+        item[d] = getattr(row, d)
+    if "workload" in report.columns:
+        item["uid"] = row.uid
+    item.update({
+        "gpuHours": _r(row.gpu_hours), "cpuCoreHours": _r(row.cpu_core_hours),
+        "memoryGiBHours": _r(row.memory_gib_hours),
+        "gpuHoursByResource": {k: _r(v) for k, v in sorted(row.gpu_hours_by_resource.items())},
+    })
+    if report.currency is not None:
+        item.update({"gpuCost": _r(row.gpu_cost, 2), "cpuCost": _r(row.cpu_cost, 2),
+                     "memoryCost": _r(row.memory_cost, 2), "cost": _r(row.cost, 2), "currency": report.currency})
+    return item
+
+
+def _table(report: costing.CostReport):
+    def build(items):
+        step = report.step is not None
+        t = Table(title=f"{_short(report.since)} → {_short(report.until)} UTC", title_justify="left",
+                  caption=f"billed statuses: {', '.join(report.statuses)}", caption_justify="left")
+        if step:
+            t.add_column("Period")
+        for d in report.columns:
+            t.add_column(LABELS[d])
+        for name in ("GPU-h", "CPU core-h", "Mem GiB-h"):
+            t.add_column(name, justify="right")
+        if report.currency:
+            t.add_column(f"Cost {report.currency}", justify="right")
+        for row in report.rows:
+            cells = [cost_html.period_label(row.period_start, row.period_end)] if step else []
+            cells += [str(getattr(row, d) or "-") for d in report.columns]
+            cells += [f"{row.gpu_hours:,.1f}", f"{row.cpu_core_hours:,.1f}", f"{row.memory_gib_hours:,.1f}"]
+            if report.currency:
+                cells.append(f"{row.cost:,.2f}")
+            t.add_row(*cells)
+        total = report.totals()
+        if report.rows:
+            t.add_section()
+            lead = (1 if step else 0) + len(report.columns)
+            cells = ["total"] + [""] * (lead - 1)
+            cells += [f"{total.gpu_hours:,.1f}", f"{total.cpu_core_hours:,.1f}", f"{total.memory_gib_hours:,.1f}"]
+            if report.currency:
+                cells.append(f"{total.cost:,.2f}")
+            t.add_row(*cells)
+        return t
+    return build
+
+
+CSV_COLUMNS = ("periodStart", "periodEnd", "cluster", "namespace", "framework", "workload", "uid", "gpuHours",
+               "cpuCoreHours", "memoryGiBHours", "gpuCost", "cpuCost", "memoryCost", "cost", "currency")
+
+
+def csv_columns(report: costing.CostReport) -> list[str]:
+    """The CSV header: the JSON keys of a row (whatever the rows), without the per-resource map."""
+    keep = set(report.columns) | {"periodStart", "periodEnd", "gpuHours", "cpuCoreHours", "memoryGiBHours"}
+    if "workload" in report.columns:
+        keep.add("uid")
+    if report.currency is not None:
+        keep |= {"gpuCost", "cpuCost", "memoryCost", "cost", "currency"}
+    return [c for c in CSV_COLUMNS if c in keep]
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def html_report(conn, report: costing.CostReport, *, options: dict, pricing_source: str | None) -> str:
+    """The HTML document: the charts need their own cuts of the same window (a series, workloads, clusters)."""
+    common = dict(statuses=report.statuses, pricing=options["pricing"], as_of=options["as_of"],
+                  clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"])
+    span = report.until - report.since
+    step = report.step or (STEPS["day"] if span >= timedelta(days=2) else STEPS["hour"])
+    first = report.by[0] if report.by else "cluster"
+    series_report = costing.cost_report(conn, report.since, report.until, by=(first,), step=step, **common)
+    workloads = costing.cost_report(conn, report.since, report.until, by=("workload",), **common)
+    clusters = costing.cost_report(conn, report.since, report.until, by=("cluster",), **common)
+    priced = report.currency is not None
+
+    periods = costing.periods(series_report)
+    index = {p[0]: i for i, p in enumerate(periods)}
+    per_value: dict[str, list[float]] = {}
+    for row in series_report.rows:
+        values = per_value.setdefault(str(getattr(row, first) or "-"), [0.0] * len(periods))
+        values[index[row.period_start]] += row.gpu_hours
+    ranked = sorted(per_value.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
+    series = ranked[:cost_html.MAX_SERIES]
+    if len(ranked) > cost_html.MAX_SERIES:
+        rest = [sum(vs[i] for _, vs in ranked[cost_html.MAX_SERIES:]) for i in range(len(periods))]
+        series.append(("other", rest))
+    time_chart = cost_html.stacked_bars(periods, series, unit="GPU-hours")
+
+    top = sorted(workloads.rows, key=lambda r: (-r.gpu_hours, r.cluster or "", r.workload or ""))
+    top_items = [(f"{r.cluster} · {r.namespace}/{r.workload}", r.gpu_hours)
+                 for r in top[:cost_html.TOP_WORKLOADS] if r.gpu_hours > 0]
+    top_chart = cost_html.horizontal_bars("chart-workloads", top_items, unit="GPU-hours")
+
+    by_cluster = sorted(((r.cluster, r.cost if priced else r.gpu_hours) for r in clusters.rows),
+                        key=lambda kv: (-kv[1], kv[0]))
+    cluster_unit = f"{report.currency}" if priced else "GPU-hours"
+    cluster_chart = cost_html.horizontal_bars("chart-clusters", by_cluster, unit=cluster_unit)
+
+    total = report.totals()
+    cards = [("GPU-hours", f"{total.gpu_hours:,.1f}"), ("CPU core-hours", f"{total.cpu_core_hours:,.1f}"),
+             ("Memory GiB-hours", f"{total.memory_gib_hours:,.1f}")]
+    if priced:
+        cards.insert(0, (f"Cost ({report.currency})", f"{total.cost:,.2f}"))
+    headers = (["Period"] if report.step else []) + [LABELS[d] for d in report.columns] + \
+        ["GPU-hours", "CPU core-hours", "Memory GiB-hours"] + ([f"Cost ({report.currency})"] if priced else [])
+    numeric_from = len(headers) - (4 if priced else 3)
+    rows = []
+    for r in report.rows:
+        rows.append(([cost_html.period_label(r.period_start, r.period_end)] if report.step else [])
+                    + [getattr(r, d) or "-" for d in report.columns]
+                    + [cost_html.number(r.gpu_hours), cost_html.number(r.cpu_core_hours),
+                       cost_html.number(r.memory_gib_hours)]
+                    + ([cost_html.number(r.cost, 2)] if priced else []))
+    footer = ["total"] + [""] * (numeric_from - 1) + [
+        cost_html.number(total.gpu_hours), cost_html.number(total.cpu_core_hours),
+        cost_html.number(total.memory_gib_hours)] + ([cost_html.number(total.cost, 2)] if priced else [])
+    by_text = ", ".join(report.by) or "cluster"
+    tables = [(f"By {by_text}" + (f", per {options['step_name']}" if report.step else ""),
+               cost_html.table(headers, rows, numeric_from=numeric_from, table_id="report", footer=footer))]
+    resources = sorted(total.gpu_hours_by_resource.items(), key=lambda kv: -kv[1])
+    tables.append(("GPU-hours by GPU resource", cost_html.table(
+        ["GPU resource", "GPU-hours"], [[k, cost_html.number(v)] for k, v in resources],
+        numeric_from=1, table_id="resources")))
+    notes = [f"Not costed (no price for these GPU resources): " + "; ".join(
+        f"{c} {r}: {h:,.1f} GPU-hours" for (c, r), h in sorted(report.unpriced.items()))] if report.unpriced else []
+    meta = [f"Window {iso(report.since)} → {iso(report.until)} (UTC); consuming statuses: "
+            f"{', '.join(report.statuses)}",
+            f"Prices: {pricing_source} ({report.currency})" if priced else "No pricing file: hours only",
+            f"Generated {iso(datetime.now(timezone.utc).replace(microsecond=0))} by workloadmap cost"]
+    return cost_html.render(
+        title="GPU cost report" if priced else "GPU usage report", meta=meta, cards=cards,
+        time_chart=time_chart, time_title=f"GPU-hours per {'day' if step == STEPS['day'] else 'hour'} by {first}",
+        top_chart=top_chart, top_title=f"Top {cost_html.TOP_WORKLOADS} workloads by GPU-hours",
+        cluster_chart=cluster_chart, cluster_title="Cost by cluster" if priced else "GPU-hours by cluster",
+        tables=tables, notes=notes)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@click.command("cost")
+@duckdb_option
+@click.option("--since", required=True, metavar="TIME",
+              help="Window start: 2026-11-01, 2026-11-01T06:00:00Z, now, or 7d / 12h (ago).")
+@click.option("--until", metavar="TIME",
+              help="Window end (exclusive), same forms; default: the end of the history (its last state).")
+@click.option("--by", "by", multiple=True, metavar="DIMS",
+              help="Group by cluster, namespace, framework, workload (comma-separated or repeated; "
+                   "default cluster). The first one stacks the HTML time chart.")
+@click.option("--step", type=click.Choice(sorted(STEPS)), default=None,
+              help="One row per period (periods start at --since); default: the whole window.")
+@click.option("--pricing", "pricing_path", envvar="WORKLOADMAP_PRICING", type=click.Path(dir_okay=False),
+              help="Pricing file (YAML, see warehouse/pricing.example.yaml); without it, hours only.")
+@click.option("--include-initializing", is_flag=True,
+              help="Also bill Initializing and Resuming (default: Running and Degraded only).")
+@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable, or comma-separated).")
+@click.option("-n", "--namespace", "namespaces", multiple=True, help="Only these namespaces.")
+@click.option("--framework", "frameworks", multiple=True,
+              help="Only these frameworks (as in the records: JobSet, Ray, ...).")
+@output_option("table", "json", "csv", "html", default="table")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file instead of stdout (meant for -o html).")
+def cost(duckdb_path, since, until, by, step, pricing_path, include_initializing, clusters, namespaces, frameworks,
+         output, out_path):
+    """GPU-hours, CPU core-hours and memory GiB-hours consumed over a window, and their cost.
+
+    Intervals count while Running or Degraded (and Initializing/Resuming with
+    --include-initializing), each only for its part inside the window; an
+    open interval (a workload's current state) lasts until now.
+    """
+    now = datetime.now(timezone.utc)
+    t0 = parse_time(since, now=now)
+    t1 = parse_time(until, now=now) if until else None
+    dims = split_values(by) or ["cluster"]
+    unknown = [d for d in dims if d not in costing.DIMENSIONS]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: choose among {', '.join(costing.DIMENSIONS)}",
+                                 param_hint="--by")
+    try:
+        pricing = load_pricing(pricing_path) if pricing_path else None
+    except PricingError as exc:
+        fail(exc)
+    options = dict(pricing=pricing, as_of=now, clusters=split_values(clusters),
+                   namespaces=split_values(namespaces), frameworks=split_values(frameworks), step_name=step)
+    conn = connect(duckdb_path)
+    try:
+        if t1 is None:
+            t1 = run_query(conn, "history_bounds").rows[0][1]
+            if t1 is None:
+                fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
+        if t1 <= t0:
+            raise click.BadParameter(f"{iso(t1)} is not after --since {iso(t0)}", param_hint="--until")
+        report = costing.cost_report(
+            conn, t0, t1, by=tuple(dict.fromkeys(dims)), step=STEPS.get(step),
+            statuses=costing.consuming_statuses(include_initializing), pricing=pricing, as_of=now,
+            clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"])
+        document = html_report(conn, report, options=options, pricing_source=pricing_path) \
+            if output == "html" else None
+    except QueryError as exc:
+        fail(exc)
+    finally:
+        conn.close()
+    for (cluster, resource), hours in sorted(report.unpriced.items()):
+        click.echo(f"warning: no price for {resource} in cluster {cluster} ({pricing_path}): "
+                   f"{hours:,.1f} GPU-hours not costed", err=True)
+    items = [item_of(row, report) for row in report.rows]
+    with contextlib.ExitStack() as stack:
+        if out_path:
+            try:
+                stream = stack.enter_context(open(out_path, "w", encoding="utf-8", newline=""))
+            except OSError as exc:
+                fail(OSError(f"{out_path}: cannot write: {exc.strerror}"))
+            stack.enter_context(contextlib.redirect_stdout(stream))
+        if output == "html":
+            sys.stdout.write(document)
+        else:
+            emit(output, items, table=_table(report), columns=csv_columns(report))
+
+
+def register(cli: click.Group) -> None:
+    """Add `cost` to the `workloadmap` command group."""
+    cli.add_command(cost)
