@@ -19,7 +19,7 @@ from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, ResolveErr
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
-from . import pipeline_commands, rendering
+from . import analytics_commands, cost_commands, pipeline_commands, rendering
 from .outputs import emit, error, output_option
 
 EXIT_INVALID = 1
@@ -188,6 +188,8 @@ def catalog_validate(files, output):
 
 
 pipeline_commands.register(cli)
+analytics_commands.register(cli)
+cost_commands.register(cli)
 
 
 def main():

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -425,13 +424,21 @@ class Warehouse:
         Other processes cannot open the file while this writer holds it, not even
         read-only (DuckDB locks it); they open the snapshot instead, read-only, as
         many at a time as they like.  Between batches (under the writer's lock)
-        a CHECKPOINT folds the WAL into the file, which is then copied as is.
+        DuckDB itself copies the database into a fresh file.  (Copying the file
+        with the OS would open and close it, and closing any descriptor of a file
+        drops this process's POSIX lock on it: other processes could then open
+        the live file while we write it.)
         """
         dest = Path(dest)
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
         with self._lock:
-            self.conn.execute("CHECKPOINT")
-            shutil.copyfile(self.path, tmp)
+            self.conn.execute("ATTACH ? AS snapshot_copy", [str(tmp)])
+            try:
+                name = self.conn.execute("SELECT current_database()").fetchone()[0]
+                self.conn.execute(f'COPY FROM DATABASE "{name.replace(chr(34), chr(34) * 2)}" TO snapshot_copy')
+            finally:
+                self.conn.execute("DETACH snapshot_copy")
         os.replace(tmp, dest)
         return dest
 

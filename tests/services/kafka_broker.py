@@ -180,7 +180,10 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _random_cluster_id() -> str:
-    """A Kafka Uuid string: 16 random bytes, base64url without padding (22 chars)."""
+    """A Kafka Uuid string: 16 random bytes, base64url without padding (22 chars).
+
+    It may start with "-": pass it as ``--cluster-id=<id>``, never as a separate argument.
+    """
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -423,7 +426,7 @@ class KafkaBroker:
         assert self.workdir is not None
         props = str(self.workdir / "server.properties")
         cmd = self._java_cmd(java, libs, "kafka.tools.StorageTool", "format",
-                             "-t", self.cluster_id, "-c", props, "--ignore-formatted",
+                             f"--cluster-id={self.cluster_id}", "-c", props, "--ignore-formatted",
                              quick=True)  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if res.returncode != 0:
