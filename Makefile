@@ -29,10 +29,11 @@ kafka-jars: $(VENV)/.installed-test
 test: $(VENV)/.installed-test kafka-jars
 	$(BIN)/python -m pytest
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-test kafka-jars
 	$(BIN)/python bench/resolve_bench.py
 	$(BIN)/python bench/simulate_bench.py
 	$(BIN)/python bench/warehouse_bench.py
+	$(BIN)/python bench/pipeline_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

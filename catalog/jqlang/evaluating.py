@@ -327,19 +327,7 @@ class Compiler:
         name = node[2]
         update = self.compile(node[4])
 
-        def run(inp, env):
-            budget = env[BUDGET]
-            acc = init(inp, env)
-            inner = dict(env)
-            for v in source(inp, env):
-                budget.tick()
-                inner[name] = v
-                last = None
-                for last in update(acc, inner):
-                    pass
-                acc = last
-            return acc
-        return run
+        return lambda inp, env: _reduce(init(inp, env), source, name, update, inp, env)
 
     def o_call(self, node):
         name, args = node[1], node[2]
@@ -592,17 +580,8 @@ class Compiler:
         update = self.compile(node[4])
 
         def run(inp, env):
-            budget = env[BUDGET]
             for acc in init(inp, env):
-                for v in source(inp, env):
-                    budget.tick()
-                    inner = dict(env)
-                    inner[name] = v
-                    last = None
-                    for last in update(acc, inner):
-                        pass
-                    acc = last
-                yield acc
+                yield _reduce(acc, source, name, update, inp, env)
         return run
 
     def c_call(self, node):
@@ -615,6 +594,20 @@ class Compiler:
             raise Unsupported(f"function {name}/{len(args)} is not in the native subset")
         compiled = [self.compile(a) for a in args]
         return spec(self, compiled, args)
+
+
+def _reduce(acc, source, name, update, inp, env):
+    """`reduce SOURCE as $name (acc; UPDATE)`: the last output of UPDATE per item (null if none)."""
+    budget = env[BUDGET]
+    inner = dict(env)
+    for v in source(inp, env):
+        budget.tick()
+        inner[name] = v
+        last = None
+        for last in update(acc, inner):
+            pass
+        acc = last
+    return acc
 
 
 def run_bounded(fn, value, *, max_outputs: int, max_steps: int, seconds: float, env=None):
