@@ -1,0 +1,268 @@
+"""Benchmark: the analytics queries on a 10,000,000-row, one-year workload history.
+
+Why generated in SQL and not by the simulator: the simulator and the writer
+produce some thousands of records a second, so a 10M-row history through
+them takes hours; what this benchmark measures is the READ side (issue 4,
+section 6), which only needs a warehouse of the right size and shape.  The
+file is created by ``Warehouse(path)`` (so the schema and its migrations are
+the real ones), then filled with two set-based ``INSERT ... SELECT`` over
+``range(N)``:
+
+- ``workload_states``: N rows, ``--states`` per workload (N / states
+  workloads), deterministic pseudo-random (``hash`` of the row number, so a
+  run is reproducible): 4 clusters, 50 namespaces (skewed: a few big
+  teams), every built-in kind and framework, 1-64 GPUs (whole GPUs, MIG
+  slices, AMD, a few without a resource name), a lifecycle per workload
+  (Initializing, Running with Degraded/Suspended episodes and scale
+  changes, Completed/Failed for batch kinds, then a deletion unless it is
+  recent), ``observed_at`` spread over one year.  ``record`` is an
+  abbreviated JSON object (identity and status) to keep the file small:
+  no query here reads it.
+- ``status_intervals``: what the writer would derive from those states, one
+  interval per change of status or demand, closed by the next change, the
+  last one open (a deletion opens a final ``Deleted`` interval).
+
+Then, with the real code paths on a read-only connection
+(``querying.open_readonly``): the current-capacity query by namespace
+(``run_query(conn, "capacity", by=["namespace"])``) and a one-year daily
+cost report by namespace (``costing.cost_report`` with the example pricing
+file), each best of 3 after a warm-up.  One JSON line.
+
+    python bench/analytics_bench.py [--rows 10000000] [--states 20] [--path FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+
+from workloadmap.warehouse.costing import cost_report
+from workloadmap.warehouse.pricing import load_pricing
+from workloadmap.warehouse.querying import open_readonly, run_query
+from workloadmap.warehouse.writing import Warehouse
+
+START = datetime(2025, 11, 1, tzinfo=timezone.utc)
+END = datetime(2026, 11, 1, tzinfo=timezone.utc)
+PRICING = Path(__file__).resolve().parent.parent / "warehouse" / "pricing.example.yaml"
+
+CLUSTERS = ("prod-us-east", "prod-eu-west", "research", "edge-ap-south")
+# (api_version, kind, definition, framework, batch?) of every built-in definition.
+KINDS = (
+    ("grove.io/v1alpha1", "PodCliqueSet", "podcliqueset", "Grove", False),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet", "jobset", "JobSet", True),
+    ("serving.kserve.io/v1beta1", "InferenceService", "inferenceservice", "KServe", False),
+    ("serving.knative.dev/v1", "Service", "knative-service", "Knative", False),
+    ("kubeflow.org/v2beta1", "MPIJob", "mpijob", "Kubeflow MPI", True),
+    ("kubeflow.org/v1", "PyTorchJob", "pytorchjob", "Kubeflow Training", True),
+    ("batch/v1", "CronJob", "cronjob", "Kubernetes", True),
+    ("apps/v1", "Deployment", "deployment", "Kubernetes", False),
+    ("batch/v1", "Job", "job", "Kubernetes", True),
+    ("v1", "Pod", "pod", "Kubernetes", True),
+    ("apps/v1", "StatefulSet", "statefulset", "Kubernetes", False),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkerset", "LeaderWorkerSet", False),
+    ("milvus.io/v1beta1", "Milvus", "milvus", "Milvus", False),
+    ("nvidia.com/v1alpha1", "DynamoGraphDeployment", "dynamographdeployment", "NVIDIA Dynamo", False),
+    ("apps.nvidia.com/v1alpha1", "NIMService", "nimservice", "NVIDIA NIM", False),
+    ("ray.io/v1", "RayCluster", "raycluster", "Ray", True),
+    ("ray.io/v1", "RayJob", "rayjob", "Ray", True),
+    ("ray.io/v1", "RayService", "rayservice", "Ray", False),
+)
+TEAMS = ("ml-research", "nlp", "inference", "recsys", "team-vision", "platform", "speech", "data-eng", "rag",
+         "nim-service", "genai", "ml-apps", "llm-team", "edge-serving", "secure", "research", "ml-eval",
+         "notebooks", "docs", "dynamo-prod", "hpc", "milvus", "search", "backend", "ai-search")
+NAMESPACES = TEAMS + tuple(f"{t}-dev" for t in TEAMS)  # 50
+# (resource name, weight): what one workload's GPUs are; '' = GPUs counted but no resource name.
+GPU_RESOURCES = (("nvidia.com/gpu", 78), ("nvidia.com/mig-1g.10gb", 5), ("nvidia.com/mig-2g.20gb", 3),
+                 ("nvidia.com/mig-3g.40gb", 4), ("amd.com/gpu", 6), ("", 4))
+GPU_SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 8, 16, 32, 64)
+
+# Per row i (workload w = i // K, state j = i % K): every column a function of (w, j), so the
+# previous state's status and demand are the same expressions at j - 1 (no window to find changes).
+_MACROS = """
+CREATE OR REPLACE TEMP MACRO rnd(x, salt) AS (hash(x, salt) % 1000003) / 1000003.0;
+CREATE OR REPLACE TEMP MACRO wl_kind(w) AS (hash(w, 'kind') % {n_kinds})::INTEGER;
+CREATE OR REPLACE TEMP MACRO wl_gap(w, batch) AS  -- seconds between two states of the workload
+    CASE WHEN batch THEN 600 + 3000 * rnd(w, 'gap') ELSE 7200 + 79200 * rnd(w, 'gap') END;
+CREATE OR REPLACE TEMP MACRO wl_t0(w, gap) AS {start} + rnd(w, 't0') * ({span} - {k} * gap);
+CREATE OR REPLACE TEMP MACRO at_state(w, j, t0, gap) AS t0 + (j + 0.9 * rnd(w * {k} + j, 'jit')) * gap;
+-- Deleted at the end unless the workload's last state is recent (services: 30 days, batch: 2 days) or 3% kept.
+CREATE OR REPLACE TEMP MACRO wl_kept(w, t0, gap, batch) AS
+    rnd(w, 'keep') < 0.03 OR t0 + {k} * gap > {end} - CASE WHEN batch THEN 2 * 86400 ELSE 30 * 86400 END;
+CREATE OR REPLACE TEMP MACRO st(w, j, batch, kept) AS
+    CASE WHEN j = 0 THEN 'Initializing'
+         WHEN j = {k} - 1 AND NOT kept THEN 'Deleted'
+         WHEN batch AND j >= {k} - 2 THEN CASE WHEN rnd(w, 'fail') < 0.12 THEN 'Failed' ELSE 'Completed' END
+         WHEN j = 1 AND rnd(w, 'slow') < 0.4 THEN 'Initializing'
+         WHEN rnd(w * {k} + j, 'st') < 0.05 THEN 'Degraded'
+         WHEN batch AND rnd(w * {k} + j, 'st') < 0.09 THEN 'Suspended'
+         ELSE 'Running' END;
+-- Services scale now and then (demand changes in blocks of 5 states), batch workloads keep their size.
+CREATE OR REPLACE TEMP MACRO scale(w, j, batch) AS
+    CASE WHEN batch THEN 1 ELSE 1 + (hash(w, j // 5, 'scale') % 3 = 0)::INTEGER END;
+"""
+
+_STATES = """
+INSERT INTO workload_states
+SELECT i + 1 AS seq, c.cluster, uid, k.api_version, k.kind, namespace, name, k.definition, k.framework,
+       rv AS resource_version, rv AS version_key, 1 + j // 5 AS generation, 'built-in' AS origin,
+       to_timestamp(t0) AS creation_timestamp, to_timestamp(at_state(w, j, t0, gap)) AS observed_at,
+       CASE WHEN j = 0 THEN 'ADDED' WHEN status = 'Deleted' THEN 'DELETED' ELSE 'MODIFIED' END AS event_type,
+       status = 'Deleted' AS deleted, status, NULL AS phase,
+       CASE WHEN status = 'Deleted' THEN 0 ELSE greatest(1, gpus // 8)::INTEGER END AS pods,
+       CASE WHEN status = 'Deleted' THEN 0 ELSE gpus END AS gpus,
+       CASE WHEN status = 'Deleted' THEN 0 ELSE 4 + 8 * gpus END AS cpu,
+       CASE WHEN status = 'Deleted' THEN 0 ELSE (16 + 64 * gpus)::BIGINT * 1073741824 END AS memory,
+       CASE WHEN status = 'Deleted' OR res = '' THEN MAP {{}}::MAP(VARCHAR, DOUBLE) ELSE MAP([res], [gpus]) END,
+       NULL AS components,
+       json_object('kind', k.kind, 'namespace', namespace, 'name', name, 'uid', uid, 'cluster', c.cluster,
+                   'resourceVersion', rv, 'status', status, 'observedAt',
+                   strftime(to_timestamp(at_state(w, j, t0, gap)), '%Y-%m-%dT%H:%M:%S.%gZ'),
+                   'total', json_object('gpu', gpus, 'gpuResources', res)) AS record
+FROM (
+    SELECT *, st(w, j, batch, wl_kept(w, t0, gap, batch)) AS status,
+           base_gpus * scale(w, j, batch)::DOUBLE AS gpus, (1000000 + i)::VARCHAR AS rv
+    FROM (
+        SELECT *, wl_t0(w, gap) AS t0
+        FROM (
+            SELECT i, w, j, b.batch, wl_gap(w, b.batch) AS gap, base_gpus, res, namespace, name, uid, kk, cc
+            FROM (
+                SELECT i, w, j, wl_kind(w) AS kk, (hash(w, 'cluster') % 100) AS cc,
+                       {sizes}[1 + (hash(w, 'gpus') % {n_sizes})::INTEGER]::DOUBLE AS base_gpus,
+                       {res_pick} AS res,
+                       {namespaces}[1 + floor({n_ns} * pow(rnd(w, 'ns'), 2))::INTEGER] AS namespace,
+                       lower({kind_names}[1 + wl_kind(w)]) || '-' || w AS name,
+                       printf('00000000-0000-4000-8000-%012d', w) AS uid
+                FROM (SELECT range AS i, range // {k} AS w, range % {k} AS j FROM range({rows}))
+            ) x JOIN bench_kinds b ON b.k = x.kk
+        )
+    )
+) s
+JOIN bench_kinds k ON k.k = s.kk
+JOIN bench_clusters c ON s.cc >= c.lo AND s.cc < c.hi
+ORDER BY i
+"""
+
+# The writer's intervals: a new one opens at a state whose status or demand differs from the previous
+# state's; it closes at the next one's opening (the last stays open).
+_INTERVALS = """
+INSERT INTO status_intervals
+SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status,
+       observed_at AS valid_from,
+       lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq) AS valid_to,
+       pods, gpus, cpu, memory, gpu_resources, seq AS from_seq
+FROM (
+    SELECT *, wl_t0(w, gap) AS t0
+    FROM (
+        SELECT s.*, w, j, b.batch, wl_gap(w, b.batch) AS gap
+        FROM (SELECT *, (seq - 1) // {k} AS w, (seq - 1) % {k} AS j FROM workload_states) s
+        JOIN bench_kinds b ON b.k = wl_kind(s.w)
+    )
+) s
+WHERE j = 0 OR status <> st(w, j - 1, batch, wl_kept(w, t0, gap, batch))
+     OR (status <> 'Deleted' AND scale(w, j, batch) <> scale(w, j - 1, batch))
+"""
+
+
+def _list(values) -> str:
+    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
+
+
+def generating(path: str, rows: int, states: int) -> tuple[float, int, int]:
+    """Create the warehouse with the real schema, fill it in SQL; (seconds, states, intervals)."""
+    start = time.perf_counter()
+    with Warehouse(path) as wh:
+        conn = wh.cursor()
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.execute("CREATE TEMP TABLE bench_kinds (k INTEGER, api_version VARCHAR, kind VARCHAR, "
+                     "definition VARCHAR, framework VARCHAR, batch BOOLEAN)")
+        conn.executemany("INSERT INTO bench_kinds VALUES (?, ?, ?, ?, ?, ?)",
+                         [(i, *kind) for i, kind in enumerate(KINDS)])
+        conn.execute("CREATE TEMP TABLE bench_clusters (cluster VARCHAR, lo INTEGER, hi INTEGER)")
+        conn.executemany("INSERT INTO bench_clusters VALUES (?, ?, ?)",  # 40 / 30 / 20 / 10 %
+                         [(CLUSTERS[0], 0, 40), (CLUSTERS[1], 40, 70), (CLUSTERS[2], 70, 90), (CLUSTERS[3], 90, 100)])
+        knobs = dict(k=states, rows=rows, start=START.timestamp(), end=END.timestamp(),
+                     span=(END - START).total_seconds(), n_kinds=len(KINDS))
+        for statement in _MACROS.format(**knobs).split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        total = sum(weight for _, weight in GPU_RESOURCES)
+        cases, acc = [], 0
+        for name, weight in GPU_RESOURCES:
+            acc += weight
+            cases.append(f"WHEN rnd(w, 'res') < {acc / total} THEN '{name}'")
+        res_pick = "CASE " + " ".join(cases[:-1]) + f" ELSE '{GPU_RESOURCES[-1][0]}' END"
+        conn.execute(_STATES.format(
+            **knobs, sizes="[" + ", ".join(map(str, GPU_SIZES)) + "]", n_sizes=len(GPU_SIZES), res_pick=res_pick,
+            namespaces=_list(NAMESPACES), n_ns=len(NAMESPACES), kind_names=_list(k[1] for k in KINDS)))
+        conn.execute(_INTERVALS.format(**knobs))
+        conn.execute("CHECKPOINT")
+        n_states = conn.execute("SELECT count(*) FROM workload_states").fetchone()[0]
+        n_intervals = conn.execute("SELECT count(*) FROM status_intervals").fetchone()[0]
+    return time.perf_counter() - start, n_states, n_intervals
+
+
+def best_of(fn, runs: int = 3) -> tuple[float, object]:
+    """Milliseconds of the fastest of `runs` calls after one warm-up call, and the warm-up's result."""
+    result = fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times) * 1000, result
+
+
+def measuring(path: str) -> dict:
+    pricing = load_pricing(PRICING)
+    conn = open_readonly(path)
+    try:
+        capacity_ms, capacity = best_of(lambda: run_query(conn, "capacity", by=["namespace"]))
+        cost_ms, report = best_of(lambda: cost_report(
+            conn, START, END, by=("namespace",), step=timedelta(days=1), pricing=pricing, as_of=END))
+        current = conn.execute("SELECT count(*) FROM status_intervals WHERE valid_to IS NULL "
+                               "AND status <> 'Deleted'").fetchone()[0]
+    finally:
+        conn.close()
+    totals = report.totals()
+    return {
+        "capacity_by_namespace_ms": round(capacity_ms, 1),
+        "cost_year_daily_by_namespace_ms": round(cost_ms, 1),
+        "capacity_groups": len(capacity.rows),
+        "current_workloads": current,
+        "current_running_gpus": sum(r["running_gpus"] for r in capacity.dicts()),
+        "cost_rows": len(report.rows),
+        "year_gpu_hours": round(totals.gpu_hours),
+        "year_cost": round(totals.cost or 0.0),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10_000_000, help="workload_states rows")
+    ap.add_argument("--states", type=int, default=20, help="states per workload")
+    ap.add_argument("--path", help="warehouse file to create (kept); default: a temporary one")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.path or os.path.join(tmp, "history.duckdb")
+        if os.path.exists(path):
+            raise SystemExit(f"{path} exists: give a new file")
+        seconds, n_states, n_intervals = generating(path, args.rows, args.states)
+        size = os.path.getsize(path)
+        figures = measuring(path)
+    print(json.dumps({
+        "bench": "analytics", "rows": n_states, "intervals": n_intervals, "workloads": n_states // args.states,
+        "generation_s": round(seconds, 1), "file_mb": round(size / 2**20), **figures,
+        "targets_ms": {"capacity_by_namespace": 100, "cost_year_daily_by_namespace": 1000},
+        "cpus": os.cpu_count(), "duckdb": duckdb.__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()
