@@ -187,42 +187,39 @@ def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline
     assert Counter(d["reason"] for d in p.dead_letters()) == Counter(bad * 2)
 
 
-@pytest.mark.parametrize("victim", ["processors", "warehouse"])
-def test_a_service_killed_mid_stream_loses_and_doubles_nothing(kafka_broker, pipeline_on, victim):
-    messages = _messages(seed=23, bad_fraction=0.0)
-    p = pipeline_on(kafka_broker.bootstrap_servers)
+def _interrupted_run(p: Pipeline, messages, interrupt, resume, timeout=180):
+    """Publish half, interrupt mid-stream, publish the rest, resume; then check the warehouse."""
     p.start("processors")
     p.start("warehouse")
     half = len(messages) // 2
     p.publish(messages, 0, half)
     p.wait_for_records(half // 3)
-    p.kill(victim)  # SIGKILL: no chance to commit or clean up
+    interrupt()
     p.publish(messages, half)
-    time.sleep(2)
-    p.start(victim)
-    p.wait_for_records(len(messages))
+    resume()
+    p.wait_for_records(len(messages), timeout=timeout)
     time.sleep(4)
     p.stop("processors")
     p.stop("warehouse")
     _check_warehouse(p, messages)
 
 
-def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on, tmp_path):
+@pytest.mark.parametrize("victim", ["processors", "warehouse"])
+def test_a_service_killed_mid_stream_loses_and_doubles_nothing(kafka_broker, pipeline_on, victim):
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    _interrupted_run(p, _messages(seed=23, bad_fraction=0.0),
+                     interrupt=lambda: p.kill(victim),  # SIGKILL: no chance to commit or clean up
+                     resume=lambda: (time.sleep(2), p.start(victim)))
+
+
+def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on):
     skip_if_kafka_opted_out()
-    messages = _messages(seed=31, bad_fraction=0.0)
     with KafkaBroker() as broker:
         p = pipeline_on(broker.bootstrap_servers)
-        p.start("processors")
-        p.start("warehouse")
-        half = len(messages) // 2
-        p.publish(messages, 0, half)
-        p.wait_for_records(half // 3)
-        broker.stop()
-        time.sleep(3)
-        broker.restart()
-        p.publish(messages, half)
-        p.wait_for_records(len(messages), timeout=300)
-        time.sleep(4)
-        p.stop("processors")
-        p.stop("warehouse")
-        _check_warehouse(p, messages)
+
+        def interrupt():
+            broker.stop()
+            time.sleep(3)
+            broker.restart()
+        _interrupted_run(p, _messages(seed=31, bad_fraction=0.0), interrupt=interrupt, resume=lambda: None,
+                         timeout=300)
