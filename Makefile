@@ -34,6 +34,7 @@ bench: $(VENV)/.installed-test kafka-jars
 	$(BIN)/python bench/simulate_bench.py
 	$(BIN)/python bench/warehouse_bench.py
 	$(BIN)/python bench/pipeline_bench.py
+	$(BIN)/python bench/analytics_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
