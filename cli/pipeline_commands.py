@@ -172,7 +172,7 @@ def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **
 def demo(clusters, workloads, days, seed, duckdb_path, batch):
     """The embedded pipeline: simulate a multi-cluster history, process it in-process into DuckDB, summarise."""
     from workloadmap.ingest.simulating import simulate_messages
-    from workloadmap.processors.processing import MemoryStates, Processor, transition_of
+    from workloadmap.processors.processing import MemoryStates, Processor
     from workloadmap.warehouse.writing import Warehouse
 
     processor, states = Processor(), MemoryStates()
@@ -192,11 +192,8 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch):
             out = processor.process(key, value, states)
             counts["events"] += 1
             counts["dead_letters"] += len(out.dead_letters)
-            for _, record in out.records:
-                pending_records.append(record)
-                transition = transition_of(json.loads(record))
-                if transition is not None:
-                    pending_transitions.append(transition)
+            pending_records.extend(record for _, record in out.records)
+            pending_transitions.extend(json.loads(t) for _, t in out.transitions)
             counts["records"] += len(out.records)
             if len(pending_records) >= batch:
                 counts["transitions"] += len(pending_transitions)

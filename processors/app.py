@@ -31,7 +31,7 @@ import faust
 
 from workloadmap.catalog import records
 
-from .processing import MemoryStates, Processor, summary_of, transition_of
+from .processing import MemoryStates, Processor, summary_of
 
 
 @dataclass
@@ -166,12 +166,10 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
                                     offset=msg.offset)
             for key, value in out.records:
                 await workloads.send(key=key, value=value, partition=msg.partition)
-                transition = transition_of(json.loads(value))
-                if transition is not None:
-                    await transitions.send(key=key, value=records.encode(transition), partition=msg.partition)
+            for key, value in out.transitions:
+                await transitions.send(key=key, value=value, partition=msg.partition)
             for key, value in out.dead_letters:
                 await deadletters.send(key=key, value=value, partition=msg.partition)
-            yield None
 
     app.workloadmap_settings = settings
     return app

@@ -43,6 +43,7 @@ class Outputs:
     """What one message produced: (key, value bytes) pairs per topic."""
 
     records: list = field(default_factory=list)
+    transitions: list = field(default_factory=list)  # transition_of(record) for each record that has one
     dead_letters: list = field(default_factory=list)
 
 
@@ -217,4 +218,7 @@ class Processor:
                       statusSince=old_since if old_status == record["status"] else at)
         value = records.encode(record)
         out.records.append((key, value))
+        transition = transition_of(record)
+        if transition is not None:
+            out.transitions.append((key, records.encode(transition)))
         state.remember(state_key, record, value)

@@ -47,6 +47,7 @@ def test_a_record_and_a_first_transition(processor):
     assert record["status"] == "Running" and record["total"]["gpu"] == 64
     (transition,) = transitions(out)
     assert transition["from"] is None and transition["to"] == "Running" and transition["gpus"] == 64
+    assert decoded(out.transitions) == [transition]  # published alongside, derived from the record
     assert transition["previousDurationSeconds"] is None
     assert out.records[0][0] == records.record_key("prod", record["uid"])
     assert not out.dead_letters
