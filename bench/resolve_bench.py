@@ -20,19 +20,14 @@ import json
 import os
 import statistics
 import time
-from importlib import resources
 
-import yaml
 
 from workloadmap.catalog import Catalog, Resolver
+from workloadmap.catalog.registry import bundled_examples
 
 
 def corpus(n: int) -> list[dict]:
-    folder = resources.files("workloadmap.catalog").joinpath("examples")
-    base = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            base.extend(d for d in yaml.safe_load_all(entry.read_text()) if d)
+    base = bundled_examples()
     out = []
     for i in range(n):
         obj = copy.deepcopy(base[i % len(base)])

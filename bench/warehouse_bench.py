@@ -20,11 +20,10 @@ import json
 import os
 import tempfile
 import time
-from importlib import resources
 
-import yaml
 
 from workloadmap.catalog import Catalog
+from workloadmap.catalog.registry import bundled_examples
 from workloadmap.warehouse.writing import Warehouse
 
 STEPS = ("Initializing", "Running", "Running", "Running", "Completed", "Failed", "Deleted")
@@ -32,12 +31,7 @@ STEPS = ("Initializing", "Running", "Running", "Running", "Completed", "Failed",
 
 def resolved_examples() -> list[dict]:
     catalog = Catalog.builtin()
-    folder = resources.files("workloadmap.catalog").joinpath("examples")
-    out = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            out.extend(catalog.resolve(d).to_dict() for d in yaml.safe_load_all(entry.read_text()) if d)
-    return out
+    return [catalog.resolve(d).to_dict() for d in bundled_examples()]
 
 
 def history(n: int, per_workload: int = 8) -> list[dict]:

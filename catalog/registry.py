@@ -19,6 +19,16 @@ from .validating import DefinitionError, Problem, load_definition, read_document
 _ORIGIN_RANK = {"built-in": 0, "file": 1, "cluster": 2}
 
 
+def bundled_examples() -> list[dict]:
+    """Every bundled example object (catalog/examples/*.yaml), in file order: demos, tests, benchmarks."""
+    folder = resources.files("workloadmap.catalog").joinpath("examples")
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            out.extend(d for d in read_documents(entry.read_text(encoding="utf-8"), f"example:{entry.name}") if d)
+    return out
+
+
 class UnknownKindError(LookupError):
     """No definition describes an object's kind."""
 

@@ -11,28 +11,18 @@ from __future__ import annotations
 import copy
 import json
 import time
-from importlib import resources
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workloadmap.catalog import Catalog, DefinitionError, ResolveError, UnknownKindError, load_definition
+from workloadmap.catalog.registry import bundled_examples
 
 CATALOG = Catalog.builtin()
 
 
-def _examples():
-    folder = resources.files("workloadmap.catalog").joinpath("examples")
-    out = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            out.extend(d for d in yaml.safe_load_all(entry.read_text()) if d)
-    return out
-
-
-EXAMPLES = _examples()
+EXAMPLES = bundled_examples()
 
 
 def _deep(n):

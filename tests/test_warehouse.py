@@ -16,14 +16,13 @@ import textwrap
 import threading
 import time
 import uuid
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from workloadmap.catalog import Catalog, records
+from workloadmap.catalog.registry import bundled_examples
 from workloadmap.warehouse import schema
 from workloadmap.warehouse.writing import KafkaWarehouseWriter, MalformedRecord, Warehouse
 
@@ -35,12 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def resolved_examples() -> list[dict]:
     catalog = Catalog.builtin()
-    folder = resources.files("workloadmap.catalog").joinpath("examples")
-    out = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            out.extend(catalog.resolve(d).to_dict() for d in yaml.safe_load_all(entry.read_text()) if d)
-    return out
+    return [catalog.resolve(d).to_dict() for d in bundled_examples()]
 
 
 EXAMPLES = resolved_examples()
