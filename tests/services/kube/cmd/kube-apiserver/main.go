@@ -1,0 +1,14 @@
+// kube-apiserver for tests: the upstream command, built from the Go module proxy
+// (release binaries cannot be downloaded on our CI machines).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}
