@@ -1,4 +1,4 @@
-"""Pipeline commands: `run processors`, `run warehouse`, `replay`, `demo`.
+"""Pipeline commands: `run watchers|processors|warehouse`, `replay`, `demo`.
 
 The CLI is the composition root: it is the one layer allowed to wire ingest,
 processors and warehouse together (in-process for the embedded demo, through
@@ -91,6 +91,69 @@ def run_warehouse(snapshot_path, snapshot_every, **options):
                f"written; {totals.duplicates} duplicates dropped", err=True)
 
 
+@run_group.command("watchers")
+@click.option("--cluster", "clusters", multiple=True, metavar="ID=SOURCE",
+              help="A cluster to watch, repeatable: ID=CONTEXT (of --kubeconfig), ID=FILE[#CONTEXT] "
+                   "or ID=in-cluster. ID is the cluster id every record carries.")
+@click.option("--kubeconfig", "kubeconfig", default=None, help="Kubeconfig file for ID=CONTEXT clusters "
+              "(default: $KUBECONFIG or ~/.kube/config).")
+@click.option("--checkpoint-dir", "checkpoint_dir", default=None,
+              help="Folder of the watchers' checkpoints (what was published, so deletions while stopped "
+                   "are published on restart). Default: ./workloadmap-watchers.")
+@click.option("--embedded", is_flag=True,
+              help="No broker: process the events in-process into the --duckdb warehouse.")
+@click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Add definitions from a YAML file (repeatable); the cluster's own WorkloadMaps override them.")
+@settings_options
+def run_watchers(embedded, definition_files, **options):
+    """Watch clusters (list + watch every catalog kind they serve) and publish raw object events."""
+    from workloadmap.ingest.clusters import ClusterConfigError, ClusterSpec, connect
+    from workloadmap.ingest.publishing import KafkaPublisher
+    from workloadmap.ingest.watching import Watching
+
+    from .main import build_catalog
+
+    settings = from_options(options)
+    if not settings.clusters:
+        raise click.UsageError("give at least one --cluster ID=SOURCE (or `clusters` in --config)")
+    try:
+        clusters = [connect(ClusterSpec.parse(text, settings.kubeconfig)) for text in settings.clusters]
+    except ClusterConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    ids = [c.id for c in clusters]
+    if len(set(ids)) != len(ids):
+        raise click.UsageError(f"cluster ids must be unique: {', '.join(ids)}")
+    catalog = build_catalog(definition_files, ())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_kafka_logs()
+    stop = stop_on_signals()
+    if embedded:
+        from workloadmap.warehouse.writing import Warehouse
+
+        warehouse = Warehouse(settings.duckdb)
+        publisher = InProcessPipeline(warehouse, batch=1000)
+        target = f"the embedded pipeline into {settings.duckdb}"
+    else:
+        ensure_topics(settings)
+        warehouse = None
+        publisher = KafkaPublisher(settings.bootstrap_servers, topic=settings.raw_topic,
+                                   client_id=f"{settings.client_id}-watchers", security=settings.security())
+        target = f"{settings.raw_topic} at {settings.bootstrap_servers}"
+    click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}", err=True)
+    watching = Watching(clusters, catalog, publisher, checkpoint_dir=settings.checkpoint_dir, stop=stop)
+    try:
+        with watching:
+            while not stop.wait(0.5):
+                pass
+    finally:
+        publisher.close()
+        if warehouse is not None:
+            warehouse.close()
+        for cluster in clusters:
+            cluster.close()
+    click.echo("watchers stopped; checkpoints saved in " + settings.checkpoint_dir, err=True)
+
+
 def stop_on_signals() -> threading.Event:
     """An event set by SIGTERM or SIGINT, for loops that stop between batches."""
     stop = threading.Event()
@@ -172,41 +235,67 @@ def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **
 def demo(clusters, workloads, days, seed, duckdb_path, batch):
     """The embedded pipeline: simulate a multi-cluster history, process it in-process into DuckDB, summarise."""
     from workloadmap.ingest.simulating import simulate_messages
-    from workloadmap.processors.processing import MemoryStates, Processor
     from workloadmap.warehouse.writing import Warehouse
 
-    processor, states = Processor(), MemoryStates()
-    counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0}
-    pending_records, pending_transitions = [], []
     with Warehouse(duckdb_path) as warehouse, progress("simulating and processing") as bar:
+        pipeline = InProcessPipeline(warehouse, batch=batch)
         task = bar.add_task("events")
-
-        def flush():
-            if pending_records or pending_transitions:
-                warehouse.write([json.loads(v) for v in pending_records], list(pending_transitions),
-                                texts=[v.decode() for v in pending_records])
-                pending_records.clear()
-                pending_transitions.clear()
-
         for key, value, _ in simulate_messages(clusters=clusters, workloads=workloads, days=days, seed=seed):
-            out = processor.process(key, value, states)
-            counts["events"] += 1
-            counts["dead_letters"] += len(out.dead_letters)
-            pending_records.extend(record for _, record in out.records)
-            pending_transitions.extend(json.loads(t) for _, t in out.transitions)
-            counts["records"] += len(out.records)
-            if len(pending_records) >= batch:
-                counts["transitions"] += len(pending_transitions)
-                flush()
+            pipeline.publish_raw(key, value)
             bar.advance(task)
-        counts["transitions"] += len(pending_transitions)
-        flush()
+        pipeline.flush()
         summary = demo_summary(warehouse.cursor())
+    counts = pipeline.counts
     click.echo(f"{counts['events']} raw events -> {counts['records']} records, {counts['transitions']} transitions, "
                f"{counts['dead_letters']} dead letters -> {duckdb_path}")
     for title, table in summary:
         click.echo("")
         console().print(table)
+
+
+class InProcessPipeline:
+    """The embedded pipeline behind the publisher interface: raw messages are processed
+    in-process and their records written to the warehouse, `batch` records per transaction
+    (and at every `flush`, which the watchers call before each checkpoint)."""
+
+    def __init__(self, warehouse, batch: int = 5000):
+        from workloadmap.processors.processing import MemoryStates, Processor
+
+        self.warehouse = warehouse
+        self.batch = batch
+        self.processor, self.states = Processor(), MemoryStates()
+        self.counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0}
+        self.dead_letters: list[dict] = []
+        self._records: list[bytes] = []
+        self._transitions: list[dict] = []
+
+    def publish(self, event: dict) -> None:
+        from workloadmap.catalog import records
+        from workloadmap.ingest.publishing import event_key
+
+        self.publish_raw(event_key(event), records.encode(event))
+
+    def publish_raw(self, key: bytes | None, value: bytes) -> None:
+        out = self.processor.process(key, value, self.states)
+        self.counts["events"] += 1
+        self.counts["records"] += len(out.records)
+        self.counts["dead_letters"] += len(out.dead_letters)
+        self.dead_letters.extend(json.loads(v) for _, v in out.dead_letters)
+        self._records.extend(record for _, record in out.records)
+        self._transitions.extend(json.loads(t) for _, t in out.transitions)
+        if len(self._records) >= self.batch:
+            self.flush()
+
+    def flush(self, timeout: float | None = None) -> None:
+        if self._records or self._transitions:
+            self.warehouse.write([json.loads(v) for v in self._records], list(self._transitions),
+                                 texts=[v.decode() for v in self._records])
+            self.counts["transitions"] += len(self._transitions)
+            self._records.clear()
+            self._transitions.clear()
+
+    def close(self) -> None:
+        self.flush()
 
 
 def demo_summary(cur):

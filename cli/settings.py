@@ -37,6 +37,10 @@ class Settings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    # the watchers (`run watchers`)
+    clusters: tuple[str, ...] = ()            # ID=CONTEXT | ID=FILE[#CONTEXT] | ID=in-cluster
+    kubeconfig: str | None = None
+    checkpoint_dir: str = "workloadmap-watchers"
 
     def security(self) -> dict:
         """kafka-python style security options (empty for PLAINTEXT)."""
@@ -77,10 +81,14 @@ def load(config_file: str | None, flags: dict) -> Settings:
         if env is not None:
             values[f.name] = env
     for name, value in flags.items():
-        if value is not None:
+        if value is not None and value != ():
             values[name] = value
     if "partitions" in values:
         values["partitions"] = int(values["partitions"])
+    if isinstance(values.get("clusters"), str):    # environment: comma-separated
+        values["clusters"] = [c for c in values["clusters"].split(",") if c.strip()]
+    if "clusters" in values:
+        values["clusters"] = tuple(values["clusters"] or ())
     return Settings(**values)
 
 

@@ -169,12 +169,24 @@ class Cluster:
             if not token:
                 return
 
-    def watch_lines(self, path: str, params: dict, *, timeout: float) -> Iterator[bytes]:
-        """The raw lines (one JSON watch event each) of a watch request, until the server ends it."""
+    def watch(self, path: str, params: dict, *, timeout: float) -> "WatchStream":
+        """A watch request: iterate its lines (one JSON watch event each) until the server ends it."""
         response = self._call("GET", path, {**params, "watch": "true"}, timeout=timeout)
+        return WatchStream(response, self.server, path)
+
+
+class WatchStream:
+    """The lines of a watch response; `shutdown()` from another thread ends a blocked read."""
+
+    def __init__(self, response, server: str, path: str):
+        self.response = response
+        self.server = server
+        self.path = path
+
+    def __iter__(self) -> Iterator[bytes]:
         pending = b""
         try:
-            for chunk in response.stream(64 * 1024, decode_content=True):
+            for chunk in self.response.stream(64 * 1024, decode_content=True):
                 pending += chunk
                 while True:
                     line, sep, rest = pending.partition(b"\n")
@@ -186,9 +198,13 @@ class Cluster:
             if pending.strip():
                 yield pending
         except (TransportError, OSError) as exc:
-            raise ApiError(0, "Unreachable", f"{self.server}: watch broke: {exc.__class__.__name__}", path) from None
+            raise ApiError(0, "Unreachable", f"{self.server}: watch broke: {exc.__class__.__name__}",
+                           self.path) from None
         finally:
-            response.release_conn()
+            self.response.release_conn()
+
+    def shutdown(self) -> None:
+        self.response.shutdown()
 
 
 def _api_error(exc: ApiException, path: str) -> ApiError:

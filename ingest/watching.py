@@ -1,0 +1,444 @@
+"""Watching clusters: list + watch every catalog kind a cluster serves, publish raw events.
+
+Why each piece is there:
+
+- One ``KindWatcher`` per (cluster, kind), each in its own thread: a slow or
+  forbidden kind never holds up the others.
+- list + watch with bookmarks (``allowWatchBookmarks``): the watch resumes
+  from the last resourceVersion seen, and bookmarks keep that version fresh on
+  quiet kinds, so a reconnect rarely needs a relist.  A 410 Gone (the version
+  was compacted away) means relist.
+- Every relist compares the list with what was published before and
+  publishes vanished objects as DELETED (with the list's resourceVersion, so
+  the processors take it as newer than anything seen): no ghost workload
+  keeps "using" GPUs after the watcher was away.  What was published before
+  survives a process restart in a checkpoint (checkpointing.py); a restarted
+  watcher always relists.
+- Memory per object is a uid and three short strings (``Tracked``), never
+  the object: a cluster with many workloads costs little.
+- API errors (and an unreachable server) back off exponentially with jitter
+  and retry; a kind the cluster stops serving (its CRD deleted) is relisted
+  as empty, so its objects are published as DELETED, and its watcher ends.
+- Definitions applied to the cluster (WorkloadMap objects) are watched first
+  and published like any object (the processors build each cluster's
+  catalog from them); the watcher also reads them itself, because a
+  definition for a new kind means a new kind to watch.
+- Only catalog kinds and WorkloadMap definitions are ever listed: never
+  Secrets or ConfigMaps, even when a definition names them as child kinds.
+  Nothing here logs credentials; log lines name the cluster id, the server
+  URL and the resource.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from workloadmap.catalog import Catalog, DefinitionError, load_definition, records
+
+from .checkpointing import Checkpoints, Tracked
+from .clusters import ApiError, Cluster
+from .discovering import ServedResource, ServedResources, catalog_resources, discover
+
+log = logging.getLogger(__name__)
+
+DEFINITION_GROUP, DEFINITION_KIND = "workloadmap.io", "WorkloadMap"
+NEVER_WATCHED = {("", "Secret"), ("", "ConfigMap")}
+
+Publish = Callable[[dict], None]
+
+
+def resource_key(resource: ServedResource) -> str:
+    return f"{resource.group}/{resource.kind}"
+
+
+class Backoff:
+    """Exponential backoff with full jitter, from `initial` up to `maximum` seconds."""
+
+    def __init__(self, initial: float = 0.5, maximum: float = 30.0):
+        self.initial, self.maximum = initial, maximum
+        self.attempts = 0
+
+    def wait(self, stop: threading.Event) -> None:
+        delay = min(self.maximum, self.initial * 2 ** self.attempts)
+        self.attempts += 1
+        stop.wait(random.uniform(delay / 2, delay))
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class KindWatcher:
+    """list + watch of one resource (all namespaces) of one cluster."""
+
+    def __init__(self, cluster: Cluster, resource: ServedResource, publish: Publish, stop: threading.Event, *,
+                 tracked: dict[str, Tracked] | None = None, page_size: int = 500, watch_timeout: int = 300,
+                 on_object: Callable[[str, dict], None] | None = None, backoff: Backoff | None = None):
+        if (resource.group, resource.kind) in NEVER_WATCHED:
+            raise ValueError(f"{resource.kind} objects are never watched")
+        self.cluster = cluster
+        self.resource = resource
+        self.key = resource_key(resource)
+        self.publish = publish
+        self.stop = stop
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.on_object = on_object
+        self.backoff = backoff or Backoff()
+        self.lock = threading.Lock()
+        self.known: dict[str, Tracked] = dict(tracked or {})
+        self.resource_version: str | None = None    # None: (re)list before watching
+        self.synced = threading.Event()             # set once the first list is published
+        self.finished = False                       # the kind is no longer served
+        self.counts = {"ADDED": 0, "MODIFIED": 0, "DELETED": 0, "relists": 0, "gone": 0, "errors": 0}
+        self._warned: set[int] = set()
+        self._stream = None
+
+    def __repr__(self):
+        return f"KindWatcher({self.cluster.id}: {self.resource.qualified}/{self.resource.version})"
+
+    # -- running --------------------------------------------------------------
+    def run(self) -> None:
+        while not self.stop.is_set() and not self.finished:
+            try:
+                if self.resource_version is None:
+                    self.relist()
+                    if self.finished:
+                        return
+                self.watch()
+                self.backoff.reset()
+            except ApiError as exc:
+                if exc.gone:
+                    self.counts["gone"] += 1
+                    log.info("%s: resourceVersion %s expired, relisting", self, self.resource_version)
+                    self.resource_version = None
+                    continue
+                self.counts["errors"] += 1
+                self._log_error(exc)
+                self.backoff.wait(self.stop)
+            except Exception:  # a bug must not end the watch silently
+                self.counts["errors"] += 1
+                log.exception("%s: unexpected error; retrying", self)
+                self.backoff.wait(self.stop)
+
+    def _log_error(self, exc: ApiError) -> None:
+        if exc.status in (401, 403):
+            if exc.status not in self._warned:
+                self._warned.add(exc.status)
+                log.warning("%s: %s to list/watch %s; grant it with `workloadmap rbac` (retrying)",
+                            self, "forbidden" if exc.status == 403 else "unauthorized", self.resource.qualified)
+        else:
+            log.warning("%s: %s; retrying", self, exc)
+
+    def interrupt(self) -> None:
+        """End a blocked watch read (after `stop` is set), so the thread ends promptly."""
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.shutdown()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+
+    def snapshot(self) -> dict[str, Tracked]:
+        with self.lock:
+            return dict(self.known)
+
+    # -- list ---------------------------------------------------------------------
+    def relist(self) -> None:
+        """List everything (paged), publish what is new or changed, and DELETED for what vanished."""
+        seen: dict[str, Tracked] = {}
+        list_version = None
+        try:
+            for page in self.cluster.list_pages(self.resource.path(), chunk_size=self.page_size):
+                if list_version is None:
+                    list_version = (page.get("metadata") or {}).get("resourceVersion")
+                for obj in page.get("items") or []:
+                    obj.setdefault("apiVersion", self.resource.api_version)
+                    obj.setdefault("kind", self.resource.kind)
+                    uid = obj["metadata"]["uid"]
+                    tracked = _tracked(obj)
+                    seen[uid] = tracked
+                    if self.on_object is not None:
+                        self.on_object("MODIFIED", obj)
+                    previous = self.known.get(uid)
+                    if previous is None or previous.resource_version != tracked.resource_version:
+                        self._emit("ADDED" if previous is None else "MODIFIED", obj, uid, tracked)
+                if self.stop.is_set():
+                    return
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            log.info("%s: no longer served; its objects are deleted", self)
+            self.finished = True
+        self.counts["relists"] += 1
+        for uid, tracked in list(self.known.items()):
+            if uid not in seen:
+                vanished = self._vanished(uid, tracked, list_version)
+                if self.on_object is not None:
+                    self.on_object("DELETED", vanished)
+                self._emit("DELETED", vanished, uid, None)
+        with self.lock:
+            self.known = seen
+            self.resource_version = list_version
+        self.synced.set()
+
+    def _vanished(self, uid: str, tracked: Tracked, list_version: str | None) -> dict:
+        meta = {"name": tracked.name, "uid": uid, "resourceVersion": list_version or tracked.resource_version}
+        if tracked.namespace:
+            meta["namespace"] = tracked.namespace
+        return {"apiVersion": self.resource.api_version, "kind": self.resource.kind, "metadata": meta}
+
+    # -- watch ---------------------------------------------------------------------
+    def watch(self) -> None:
+        """One watch request from the last resourceVersion, until the server ends it (or stop)."""
+        params = {"resourceVersion": self.resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(self.watch_timeout)}
+        stream = self.cluster.watch(self.resource.path(), params, timeout=self.watch_timeout + 30)
+        self._stream = stream
+        if self.stop.is_set():
+            stream.shutdown()
+        for line in stream:
+            if self.stop.is_set():
+                return
+            try:
+                event = json.loads(line)
+                kind, obj = event["type"], event["object"]
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(0, "BadWatchEvent", f"not a watch event: {line[:200]!r}", self.resource.path()) from None
+            if kind == "ERROR":
+                raise ApiError(int(obj.get("code") or 0), obj.get("reason") or "Error", obj.get("message") or "",
+                               self.resource.path())
+            if kind == "BOOKMARK":
+                with self.lock:
+                    self.resource_version = obj["metadata"]["resourceVersion"]
+                continue
+            if kind not in records.EVENT_TYPES:
+                continue
+            obj.setdefault("apiVersion", self.resource.api_version)
+            obj.setdefault("kind", self.resource.kind)
+            uid = obj["metadata"]["uid"]
+            if self.on_object is not None:
+                self.on_object(kind, obj)
+            tracked = _tracked(obj)
+            self._emit(kind, obj, uid, None if kind == "DELETED" else tracked, version=tracked.resource_version)
+            self.backoff.reset()
+
+    def _emit(self, kind: str, obj: dict, uid: str, tracked: Tracked | None, *, version: str | None = None) -> None:
+        """Publish first, then remember: a crash in between repeats an event, never loses one."""
+        self.publish(records.raw_event(self.cluster.id, kind, obj))
+        self.counts[kind] += 1
+        with self.lock:
+            if tracked is None:
+                self.known.pop(uid, None)
+            else:
+                self.known[uid] = tracked
+            if version is not None:
+                self.resource_version = version
+
+
+def _tracked(obj: dict) -> Tracked:
+    meta = obj["metadata"]
+    return Tracked(sys.intern(meta.get("namespace") or ""), meta.get("name") or "", meta.get("resourceVersion") or "")
+
+
+class ClusterWatcher:
+    """Every catalog kind of one cluster: discovery, definitions, one KindWatcher per kind, checkpoints."""
+
+    def __init__(self, cluster: Cluster, catalog: Catalog, publish: Publish, stop: threading.Event, *,
+                 checkpoints: Checkpoints | None = None, flush: Callable[[], None] = lambda: None,
+                 rediscover_every: float = 30.0, checkpoint_every: float = 5.0, page_size: int = 500,
+                 watch_timeout: int = 300):
+        self.cluster = cluster
+        self.base = catalog
+        self.publish = publish
+        self.flush = flush
+        self.stop = stop
+        self.checkpoints = checkpoints or Checkpoints(None, cluster.id)
+        self.rediscover_every = rediscover_every
+        self.checkpoint_every = checkpoint_every
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.watchers: dict[str, KindWatcher] = {}
+        self.definitions: dict[str, object] = {}    # WorkloadMap name -> Definition
+        self.changed = threading.Event()           # definitions changed: look at the kinds again
+        self._saved: dict[str, dict[str, Tracked]] = {}
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"ClusterWatcher({self.cluster.id})"
+
+    def catalog(self) -> Catalog:
+        """Built-in and file definitions, overridden by the cluster's own."""
+        catalog = Catalog(self.base, resolver=self.base.resolver)
+        with self._lock:
+            for definition in self.definitions.values():
+                catalog.add(definition)
+        return catalog
+
+    def run(self) -> None:
+        self._saved = self.checkpoints.load()
+        backoff = Backoff()
+        last_checkpoint = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                served = discover(self.cluster)
+                self._start_definitions(served)
+                self._start_kinds(served)
+            except ApiError as exc:
+                log.warning("%s: discovery failed: %s; retrying", self, exc)
+                backoff.wait(self.stop)
+                continue
+            except Exception:  # a bug must not end the cluster's watch silently
+                log.exception("%s: unexpected error; retrying", self)
+                backoff.wait(self.stop)
+                continue
+            backoff.reset()
+            deadline = time.monotonic() + self.rediscover_every
+            while not self.stop.is_set() and not self.changed.is_set() and time.monotonic() < deadline:
+                self.stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                if time.monotonic() - last_checkpoint >= self.checkpoint_every:
+                    self.checkpoint()
+                    last_checkpoint = time.monotonic()
+            self.changed.clear()
+        for watcher in list(self.watchers.values()):
+            watcher.interrupt()
+        self.checkpoint()
+
+    def _start(self, resource: ServedResource, on_object=None) -> KindWatcher:
+        key = resource_key(resource)
+        watcher = KindWatcher(self.cluster, resource, self.publish, self.stop, tracked=self._saved.pop(key, None),
+                              page_size=self.page_size, watch_timeout=self.watch_timeout, on_object=on_object)
+        self.watchers[key] = watcher
+        thread = threading.Thread(target=watcher.run, name=f"watch-{self.cluster.id}-{key}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        log.info("%s: watching %s at %s", self, resource.qualified, resource.version)
+        return watcher
+
+    def _start_definitions(self, served: ServedResources) -> None:
+        """Watch WorkloadMap definitions first, and wait for their first list: they decide which kinds to watch."""
+        resource = served.for_definition(DEFINITION_GROUP, "v1alpha1", DEFINITION_KIND)
+        key = f"{DEFINITION_GROUP}/{DEFINITION_KIND}"
+        if resource is None or (key in self.watchers and not self.watchers[key].finished):
+            return
+        watcher = self._start(resource, on_object=self._definition_event)
+        while not self.stop.is_set() and not watcher.synced.wait(0.5) and not watcher.finished:
+            pass
+        self.changed.clear()
+
+    def _definition_event(self, kind: str, obj: dict) -> None:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        with self._lock:
+            before = self.definitions.get(name)
+            if kind == "DELETED":
+                self.definitions.pop(name, None)
+            else:
+                try:
+                    self.definitions[name] = load_definition(obj, "cluster", f"cluster:{self.cluster.id}/{name}")
+                except DefinitionError as exc:
+                    # published anyway: the processors dead-letter it with the same problems
+                    log.warning("%s: definition %s is invalid: %s", self, name, exc)
+                    self.definitions.pop(name, None)
+            after = self.definitions.get(name)
+        if (before is None) != (after is None) or (before is not None and before.gvk != after.gvk):
+            self.changed.set()
+
+    def _start_kinds(self, served: ServedResources) -> None:
+        for key in [k for k, w in self.watchers.items() if w.finished]:
+            del self.watchers[key]
+        for resource in catalog_resources(self.catalog(), served):
+            if (resource.group, resource.kind) in NEVER_WATCHED:
+                continue
+            if resource_key(resource) not in self.watchers:
+                self._start(resource)
+        # kinds checkpointed before but no longer served (CRD deleted while away): their objects are gone
+        for key in list(self._saved):
+            group, _, kind = key.partition("/")
+            if served.serves(group, kind):
+                continue
+            api_version = _api_version(self.base, group, kind)
+            for uid, tracked in self._saved.pop(key).items():
+                meta = {"name": tracked.name, "uid": uid, "resourceVersion": tracked.resource_version}
+                if tracked.namespace:
+                    meta["namespace"] = tracked.namespace
+                self.publish(records.raw_event(self.cluster.id, "DELETED",
+                                               {"apiVersion": api_version, "kind": kind, "metadata": meta}))
+
+    def synced(self) -> bool:
+        """Whether every kind watcher started so far has published its first list."""
+        return bool(self.watchers) and all(w.synced.is_set() or w.finished for w in self.watchers.values())
+
+    def checkpoint(self) -> None:
+        """Save what was published, once the publisher acknowledged it (flush first)."""
+        tracked = {key: w.snapshot() for key, w in list(self.watchers.items()) if not w.finished}
+        tracked.update(self._saved)   # not yet relisted: keep what the last run knew
+        self.flush()
+        self.checkpoints.save(tracked)
+
+
+def _api_version(catalog: Catalog, group: str, kind: str) -> str:
+    """The catalog's version of a kind the cluster no longer serves (for its DELETED events)."""
+    for gvk in catalog.kinds():
+        if gvk.group == group and gvk.kind == kind:
+            return gvk.api_version
+    return f"{group}/v1" if group else "v1"
+
+
+class Watching:
+    """Watch several clusters into one publisher until `stop` is set (the `run watchers` service)."""
+
+    def __init__(self, clusters: Iterable[Cluster], catalog: Catalog, publisher, *, checkpoint_dir=None,
+                 stop: threading.Event | None = None, **options):
+        self.stop = stop or threading.Event()
+        self.publisher = publisher
+        self._publish_lock = threading.Lock()
+        self.clusters = [ClusterWatcher(c, catalog, self._publish, self.stop,
+                                        checkpoints=Checkpoints(checkpoint_dir, c.id), flush=self._flush, **options)
+                         for c in clusters]
+        self._threads: list[threading.Thread] = []
+
+    def _publish(self, event: dict) -> None:
+        with self._publish_lock:    # the embedded publisher runs the processors in-process: one at a time
+            self.publisher.publish(event)
+
+    def _flush(self) -> None:
+        with self._publish_lock:
+            self.publisher.flush()
+
+    def start(self) -> "Watching":
+        for watcher in self.clusters:
+            thread = threading.Thread(target=watcher.run, name=f"cluster-{watcher.cluster.id}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return self
+
+    def synced(self) -> bool:
+        return all(w.synced() for w in self.clusters)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stop.is_set():
+            if self.synced():
+                return True
+            time.sleep(0.05)
+        return self.synced()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop: every cluster watcher writes its final checkpoint (after a flush)."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._flush()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
