@@ -15,40 +15,15 @@ from importlib import resources
 import click
 
 from workloadmap import __version__
-from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, ResolveError, Resolver, UnknownKindError
+from workloadmap.catalog import DefinitionError, ResolveError, UnknownKindError
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
-from . import analytics_commands, cost_commands, pipeline_commands, rendering
+from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
+from .catalogs import build_catalog, catalog_options  # noqa: F401  (re-exported: shared by the command modules)
 from .outputs import emit, error, output_option
 
 EXIT_INVALID = 1
-
-
-def catalog_options(f):
-    """--definitions and --gpu-resource: the catalog a command reads through."""
-    f = click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
-                     help="Add definitions from a YAML file (repeatable); they override built-ins for the same kind.")(f)
-    f = click.option("--gpu-resource", "gpu_resources", multiple=True, metavar="PATTERN",
-                     help="Resource names counted as GPUs (glob, repeatable). "
-                          "Default: nvidia.com/gpu, nvidia.com/mig-*, amd.com/gpu.")(f)
-    return f
-
-
-def build_catalog(definition_files, gpu_resources) -> Catalog:
-    resolver = Resolver(GpuMatcher(gpu_resources)) if gpu_resources else Resolver()
-    catalog = Catalog.builtin(resolver=resolver)
-    for path in definition_files:
-        try:
-            catalog.add_file(path)
-        except DefinitionError as exc:
-            for p in exc.problems:
-                error(str(p))
-            sys.exit(EXIT_INVALID)
-        except OSError as exc:
-            error(f"{path}: cannot read: {exc.strerror}")
-            sys.exit(EXIT_INVALID)
-    return catalog
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,10 +116,17 @@ def definition_item(d: Definition) -> dict:
 
 @catalog_group.command("list")
 @catalog_options
+@live_commands.cluster_options
 @output_option("table", "json", "yaml", default="table")
-def catalog_list(definition_files, gpu_resources, output):
-    """List the definitions: kind, framework, components and origin."""
+def catalog_list(definition_files, gpu_resources, kubeconfig, context, output):
+    """List the definitions: kind, framework, components and origin (built-in, file, cluster).
+
+    With --kubeconfig or --context, the WorkloadMap definitions applied to that
+    cluster are read too (they override built-ins and files for the same kind).
+    """
     catalog = build_catalog(definition_files, gpu_resources)
+    if kubeconfig or context:
+        live_commands.add_cluster_definitions(catalog, kubeconfig, context)
     emit(output, [definition_item(d) for d in catalog], table=rendering.definition_table)
 
 
@@ -190,7 +172,13 @@ def catalog_validate(files, output):
 pipeline_commands.register(cli)
 analytics_commands.register(cli)
 cost_commands.register(cli)
+live_commands.register(cli)
 
 
 def main():
     cli(prog_name="workloadmap")
+
+
+def kubectl_main():
+    """`kubectl workloadmap ...`: the same commands, as a kubectl plugin (kubectl-workloadmap on PATH)."""
+    cli(prog_name="kubectl workloadmap")

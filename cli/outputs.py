@@ -1,4 +1,4 @@
-"""The one output dialect of every command: ``-o table|tree|json|yaml|csv``.
+"""The one output dialect of every command: ``-o table|wide|tree|json|yaml|csv``.
 
 Commands hand a list of JSON-ready items and, for the human formats, a
 renderer; this module prints them.  JSON and YAML are always
@@ -40,8 +40,9 @@ def _csv_cell(value):
     return value
 
 
-def emit(fmt: str, items: list, *, table=None, tree=None, columns: list[str] | None = None) -> None:
-    """Print items in a format; `table`/`tree` build rich renderables from the items.
+def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: list[str] | None = None) -> None:
+    """Print items in a format; `table`/`wide`/`tree` build rich renderables from the items
+    (`wide`: kubectl's ``-o wide``, the table with more columns).
 
     `columns` fixes the CSV header (default: the keys of the items, in first-seen order).
     """
@@ -51,6 +52,8 @@ def emit(fmt: str, items: list, *, table=None, tree=None, columns: list[str] | N
         click.echo(yaml.safe_dump({"items": items, "count": len(items)}, sort_keys=False, allow_unicode=True), nl=False)
     elif fmt == "table":
         console().print(table(items))
+    elif fmt == "wide":
+        console().print(wide(items))
     elif fmt == "csv":
         if columns is None:
             columns = list(dict.fromkeys(key for item in items for key in item))

@@ -6,6 +6,9 @@ person reads and what a script reads never disagree.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -136,3 +139,206 @@ def definition_trees(items: list):
                 what.append(f"instances {c['instances']}")
             nodes[c["name"]] = parent.add(Text.assemble((c["name"], "bold"), "  " + "  ".join(what)))
         yield tree
+
+
+# -- live workloads (get, tree, resources) ------------------------------------------
+def human_duration(seconds: float) -> str:
+    """kubectl's AGE (apimachinery's HumanDuration): 5s, 3m20s, 12m, 3h10m, 20h, 2d4h, 40d, 2y30d."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(timestamp: str | None, now: datetime | None = None) -> str:
+    """AGE of an RFC 3339 creationTimestamp ("<unknown>" without one)."""
+    if not timestamp:
+        return "<unknown>"
+    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return human_duration(((now or datetime.now(timezone.utc)) - then).total_seconds())
+
+
+def _status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def live_table(items: list, now: datetime | None = None) -> Table:
+    """`get`: NAME, NAMESPACE, STATUS, COMPONENTS, GPU, AGE."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("NAME", "NAMESPACE", "STATUS", "COMPONENTS", "GPU", "AGE"):
+        table.add_column(col, justify="right" if col == "GPU" else "left")
+    for it in items:
+        table.add_row(it["name"] or "", it["namespace"] or "", _status_text(it["status"]), components_summary(it),
+                      _num(it["total"]["gpu"]), age(it["creationTimestamp"], now))
+    return table
+
+
+def live_wide_table(items: list, now: datetime | None = None) -> Table:
+    """`get -o wide`: the table plus KIND, PODS (ready/desired), CPU, MEMORY and DEFINITION."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    right = ("PODS", "GPU", "CPU", "MEMORY")
+    for col in ("NAME", "NAMESPACE", "KIND", "STATUS", "COMPONENTS", "PODS", "GPU", "CPU", "MEMORY", "AGE",
+                "DEFINITION"):
+        table.add_column(col, justify="right" if col in right else "left")
+    for it in items:
+        total = it["total"]
+        live = it.get("live")
+        pods = f"{live['ready']}/{total['pods']}" if live else f"-/{total['pods']}"
+        table.add_row(it["name"] or "", it["namespace"] or "", it["kind"], _status_text(it["status"]),
+                      components_summary(it), pods, _num(total["gpu"]), format_cpu(total["cpu"]),
+                      format_bytes(total["memory"]), age(it["creationTimestamp"], now),
+                      f"{it['definition']} ({it['origin']})")
+    return table
+
+
+def _pods_text(desired: int, actual: int, ready: int) -> Text:
+    style = "" if actual == desired and ready == actual else "yellow"
+    return Text(f"pods {ready}/{actual} ready, {desired} desired", style=style)
+
+
+def _pod_line(pod: dict) -> Text:
+    text = Text.assemble((pod["name"] or "", "bold"), "  ", _status_text(pod["phase"]) if pod["phase"] in STATUS_STYLE
+                         else Text(pod["phase"], style={"Succeeded": "blue", "Pending": "cyan"}.get(pod["phase"], "")))
+    text.append("  ready" if pod["ready"] else "  not ready", style="green" if pod["ready"] else "yellow")
+    text.append(f"  node {pod['node']}" if pod["node"] else "  unscheduled")
+    if pod.get("replica") is not None:
+        text.append(f"  replica {pod['replica']}")
+    if pod["gpu"] is None:
+        text.append("  requests unreadable", style="red")
+    else:
+        text.append(f"  {_num(pod['gpu'])} GPU", style="green" if pod["gpu"] else "dim")
+    if pod.get("restarts"):
+        text.append(f"  {pod['restarts']} restarts", style="yellow")
+    return text
+
+
+def _live_component_line(label: str, c: dict) -> Text:
+    text = Text.assemble((label, "bold"))
+    if c["replicas"] is not None:
+        text.append(f"  replicas {c['replicas']}")
+    if c["pods"] or c["actualPods"]:
+        text.append("  ")
+        text.append_text(_pods_text(c["pods"], c["actualPods"], c["readyPods"]))
+        text.append(f"  × {_per_pod(c['perPod'])}")
+        if c["total"]["gpu"]:
+            text.append(f"  = {_num(c['total']['gpu'])} GPU", style="green")
+    if c.get("status"):
+        text.append(f"  {c['status']}", style=STATUS_STYLE.get(c["status"], ""))
+    return text
+
+
+def live_trees(items: list):
+    """`tree`: workload → components → instances → pods, desired vs actual and ready pods, nodes, GPUs per pod."""
+    for it in items:
+        total, live = it["total"], it["live"]
+        head = Text.assemble(
+            (f"{it['kind']} ", "bold"), f"{it['namespace'] + '/' if it['namespace'] else ''}{it['name']}  ",
+            _status_text(it["status"]), f"  [{it['definition']}]  ")
+        head.append_text(_pods_text(total["pods"], live["pods"], live["ready"]))
+        tree = Tree(head)
+        views = {(c["name"], c["instance"]) for c in it["components"]}
+        pods_of: dict = {}
+        for pod in it["livePods"]:
+            key = (pod["component"], pod["instance"])
+            if key not in views:  # a single-instance component's pod that carries an instance label
+                key = (pod["component"], None)
+            pods_of.setdefault(key if pod["expected"] else None, []).append(pod)
+        nodes: dict = {}
+        by_name: dict = {}
+        for c in it["components"]:
+            by_name.setdefault(c["name"], []).append(c)
+        for name, views in by_name.items():
+            branch = nodes.get(views[0]["parent"], tree)
+            if len(views) == 1 and views[0]["instance"] is None:
+                node = branch.add(_live_component_line(name, views[0]))
+                leaves = [(node, views[0])]
+            else:
+                node = branch.add(Text(name, style="bold"))
+                leaves = [(node.add(_live_component_line(str(v["instance"]), v)), v) for v in views]
+            for leaf, v in leaves:
+                for pod in pods_of.get((v["name"], v["instance"]), []):
+                    leaf.add(_pod_line(pod))
+            nodes[name] = node
+        stray = pods_of.get(None, [])
+        if stray:
+            node = tree.add(Text("pods not in the spec", style="yellow"))
+            for pod in stray:
+                node.add(Text.assemble(f"{pod['component']}" + (f"/{pod['instance']}" if pod["instance"] else "") + "  ",
+                                       _pod_line(pod)))
+        tree.add(Text(
+            f"TOTAL  {total['pods']} pods desired, {live['pods']} actual, {live['ready']} ready  "
+            f"{_num(total['gpu'])} GPU  {format_cpu(total['cpu'])} CPU  {format_bytes(total['memory'])} memory",
+            style="bold"))
+        yield tree
+
+
+def resource_rows(item: dict) -> list[dict]:
+    """`resources` rows of one workload: per component (instance), pods not in the spec, then TOTAL."""
+    rows = []
+    for c in item["components"]:
+        if c["pods"] == 0 and c["actualPods"] == 0 and c["replicas"] is None:
+            continue  # a virtual level of the tree
+        live_gpu = sum(p["gpu"] or 0 for p in item["livePods"]
+                       if p["expected"] and p["component"] == c["name"]
+                       and (p["instance"] == c["instance"] or c["instance"] is None))
+        rows.append({"component": c["name"] if c["instance"] is None else f"{c['name']}/{c['instance']}",
+                     "replicas": c["replicas"], "desired": c["pods"], "actual": c["actualPods"],
+                     "ready": c["readyPods"], "gpuPerPod": c["perPod"]["gpu"], "gpu": c["total"]["gpu"],
+                     "cpu": c["total"]["cpu"], "memory": c["total"]["memory"], "liveGpu": live_gpu})
+    stray: dict = {}
+    for p in item["livePods"]:
+        if not p["expected"]:
+            label = p["component"] + (f"/{p['instance']}" if p["instance"] else "") + " (not in spec)"
+            row = stray.setdefault(label, {"component": label, "replicas": None, "desired": 0, "actual": 0,
+                                           "ready": 0, "gpuPerPod": None, "gpu": 0, "cpu": 0, "memory": 0,
+                                           "liveGpu": 0})
+            row["actual"] += 1
+            row["ready"] += 1 if p["ready"] else 0
+            row["liveGpu"] += p["gpu"] or 0
+    rows += stray.values()
+    total, live = item["total"], item["live"]
+    rows.append({"component": "TOTAL", "replicas": None, "desired": total["pods"], "actual": live["pods"],
+                 "ready": live["ready"], "gpuPerPod": None, "gpu": total["gpu"], "cpu": total["cpu"],
+                 "memory": total["memory"], "liveGpu": live["gpu"]})
+    return rows
+
+
+def resources_tables(items: list):
+    """`resources`: one table per workload; GPU, CPU and MEMORY are the spec's requests, LIVE GPU the pods'."""
+    tables = []
+    for it in items:
+        title = Text.assemble((f"{it['kind']} ", "bold"),
+                              f"{it['namespace'] + '/' if it['namespace'] else ''}{it['name']}  ",
+                              _status_text(it["status"]))
+        table = Table(box=None, pad_edge=False, header_style="bold", title=title, title_justify="left")
+        table.add_column("COMPONENT")
+        for col in ("REPLICAS", "DESIRED", "ACTUAL", "READY", "GPU/POD", "GPU", "CPU", "MEMORY", "LIVE GPU"):
+            table.add_column(col, justify="right")
+        for row in resource_rows(it):
+            cells = [row["component"], _num(row["replicas"]), str(row["desired"]), str(row["actual"]),
+                     str(row["ready"]), _num(row["gpuPerPod"]), _num(row["gpu"]), format_cpu(row["cpu"]),
+                     format_bytes(row["memory"]), _num(row["liveGpu"])]
+            table.add_row(*cells, style="bold" if row["component"] == "TOTAL" else None)
+        tables.append(table)
+    return Group(*tables)

@@ -1,0 +1,476 @@
+"""Reading live workloads from one cluster: what `get`, `tree` and `resources` show.
+
+Why a library module: the commands are thin renderings of what this module
+returns, plain JSON-ready dicts (``-o json`` prints them as they are), so a
+script, a test or a future watcher reads exactly what a person sees.  Nothing
+here needs our CRD: the catalog is the built-in definitions (plus files), and
+when the cluster serves ``workloadmaps.workloadmap.io`` its definitions
+override both for the same kind (an invalid one is reported and skipped).
+
+Which pods are a workload's: a pod is the workload's when its ownerReferences
+chain reaches the workload (pod → Job → JobSet; intermediate owners are read
+once each).  When the chain cannot be followed (an owner we may not read, or
+a pod without owners), a label the definition's pod selectors or gang keys read
+(``jobset.sigs.k8s.io/jobset-name``, ``training.kubeflow.org/job-name``, ...)
+must carry the workload's name.  Then ``catalog.pods.match_pod`` must assign it
+to a component, because only those pods are the workload's running parts.
+
+Errors: API failures become ``AccessError`` naming the verb, the resource and
+the namespace; an object that cannot be resolved is reported (naming it) in
+``Listing.errors`` and the others are still returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from workloadmap.catalog import Catalog, DefinitionError, ResolveError, UnknownKindError, load_definition
+from workloadmap.catalog.definitions import Definition
+from workloadmap.catalog.pods import match_pod
+from workloadmap.catalog.requests import RequestError, effective_request
+from workloadmap.catalog.resolving import object_ref
+
+from .clusters import ApiError, Cluster, ClusterConfigError, ClusterSpec, connect
+from .discovering import ServedResource, ServedResources, catalog_resources, discover, resolve_type
+
+log = logging.getLogger(__name__)
+
+DEFINITIONS_GROUP, DEFINITIONS_KIND = "workloadmap.io", "WorkloadMap"
+MAX_OWNER_DEPTH = 10
+
+
+class AccessError(Exception):
+    """The API server refused or failed a request: names the verb, resource and namespace."""
+
+    def __init__(self, verb: str, what: str, namespace: str | None, error: ApiError):
+        self.verb, self.what, self.namespace, self.error = verb, what, namespace, error
+        where = f" in namespace {namespace!r}" if namespace else ""
+        detail = f"{error.status} {error.reason}" + (f": {error.message}" if error.message else "")
+        super().__init__(f"cannot {verb} {what}{where}: {detail}")
+
+    @property
+    def status(self) -> int:
+        return self.error.status
+
+
+class NotFoundError(LookupError):
+    pass
+
+
+class AmbiguousNameError(LookupError):
+    def __init__(self, name: str, candidates: list[str]):
+        self.candidates = candidates
+        super().__init__(f"{name!r} names several workloads: {', '.join(candidates)} (use TYPE/NAME"
+                         f"{' and -n' if any(' in ' in c for c in candidates) else ''})")
+
+
+# -- connecting ------------------------------------------------------------------
+def context_name(kubeconfig: str | None, context: str | None) -> str:
+    """The kubeconfig context in use (the one named, else the current one); "in-cluster" without a kubeconfig."""
+    if context:
+        return context
+    try:
+        _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError, TypeError):
+        return "in-cluster" if _use_in_cluster(kubeconfig, context) else "current"
+    return (active or {}).get("name") or "current"
+
+
+def _use_in_cluster(kubeconfig, context) -> bool:
+    """kubectl's fallback: no kubeconfig anywhere, but running in a pod."""
+    if kubeconfig or context or os.environ.get("KUBECONFIG"):
+        return False
+    return not os.path.exists(os.path.expanduser("~/.kube/config")) and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def open_cluster(kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    """A client for a kubeconfig context (kubectl's rules: --kubeconfig, $KUBECONFIG, ~/.kube/config, in-cluster)."""
+    if _use_in_cluster(kubeconfig, context):
+        return connect(ClusterSpec("in-cluster", in_cluster=True))
+    return connect(ClusterSpec(context_name(kubeconfig, context), kubeconfig, context))
+
+
+def _list_all(cluster: Cluster, resource: ServedResource, namespace: str | None = None, *,
+              label_selector: str | None = None, field_selector: str | None = None,
+              chunk_size: int = 500) -> Iterator[dict]:
+    """Every object of a resource (paged), with apiVersion and kind set (list items of built-in types lack them)."""
+    params = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None}
+    try:
+        for page in cluster.list_pages(resource.path(namespace), params, chunk_size=chunk_size):
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                yield item
+    except ApiError as exc:
+        raise AccessError("list", resource.qualified, namespace if resource.namespaced else None, exc) from None
+
+
+def load_cluster_definitions(catalog: Catalog, cluster: Cluster, served: ServedResources, context: str,
+                             warn: Callable[[str], None]) -> list[Definition]:
+    """Add the WorkloadMap definitions applied to the cluster (when it serves the kind) to `catalog`.
+
+    They override built-ins and files for the same kind.  An invalid one is
+    reported through `warn` with its problems and skipped; so is a cluster that
+    does not let us list them.
+    """
+    versions = served.versions_of(DEFINITIONS_GROUP, DEFINITIONS_KIND)
+    if not versions:
+        return []
+    loaded = []
+    try:
+        objects = list(_list_all(cluster, versions[0]))
+    except AccessError as exc:
+        warn(f"{exc}; using the built-in and file definitions only")
+        return []
+    for obj in objects:
+        name = (obj.get("metadata") or {}).get("name") or "<unnamed>"
+        try:
+            definition = load_definition(obj, "cluster", f"cluster:{context}/{name}")
+        except DefinitionError as exc:
+            for problem in exc.problems:
+                warn(f"{problem} (skipped)")
+            continue
+        catalog.add(definition)
+        loaded.append(definition)
+    return loaded
+
+
+# -- which pods are a workload's --------------------------------------------------
+_LABEL_KEY = re.compile(r'labels\s*\[\s*"((?:[^"\\]|\\.)+)"\s*\]|labels\.([A-Za-z_][A-Za-z0-9_]*)')
+
+
+def label_keys(definition: Definition) -> set[str]:
+    """The pod label keys a definition's pod selectors and gang-scheduling keys read."""
+    exprs = []
+    for comp in definition.components:
+        sel = comp.selector
+        if sel is not None:
+            exprs += [sel.type_key, sel.instance_id, sel.replica_key]
+    for group in definition.pod_groups:
+        for member in group.members:
+            exprs += member.group_by + member.filters
+    keys = set()
+    for expr in exprs:
+        if expr is not None:
+            for quoted, bare in _LABEL_KEY.findall(expr.source):
+                keys.add(quoted or bare)
+    return keys
+
+
+class Owners:
+    """The ownerReferences ancestry of objects, reading each intermediate owner at most once."""
+
+    def __init__(self, cluster: Cluster, served: ServedResources):
+        self.cluster = cluster
+        self.served = served
+        self._read: dict[tuple, dict | None | bool] = {}   # (ns, group, kind, name) -> object | None (gone) | False (unreadable)
+
+    def know(self, obj: dict) -> None:
+        """Remember an object already read (a listed workload), so it is not read again as an owner."""
+        meta = obj.get("metadata") or {}
+        group = (obj.get("apiVersion") or "").rpartition("/")[0]
+        self._read[(meta.get("namespace"), group, obj.get("kind"), meta.get("name"))] = obj
+
+    def ancestors(self, obj: dict) -> tuple[set[str], bool]:
+        """The uids of `obj` and of every owner up its ownerReferences; `complete` is False
+        when an owner could not be read (forbidden, not served, too deep)."""
+        uids: set[str] = set()
+        complete = True
+        todo = [(obj, 0)]
+        while todo:
+            node, depth = todo.pop()
+            meta = node.get("metadata") or {}
+            if meta.get("uid"):
+                uids.add(meta["uid"])
+            for ref in meta.get("ownerReferences") or []:
+                if ref.get("uid") in uids:
+                    continue
+                if depth >= MAX_OWNER_DEPTH:
+                    complete = False
+                    continue
+                owner = self._owner(meta.get("namespace"), ref)
+                if owner is False:
+                    complete = False
+                    uids.add(ref.get("uid"))       # the reference itself is known even if the object is not
+                elif owner is not None:
+                    todo.append((owner, depth + 1))
+        uids.discard(None)
+        return uids, complete
+
+    def _owner(self, namespace: str | None, ref: dict):
+        group = (ref.get("apiVersion") or "").rpartition("/")[0]
+        key = (namespace, group, ref.get("kind"), ref.get("name"))
+        if key not in self._read:
+            self._read[key] = self._fetch(namespace, group, ref)
+        found = self._read[key]
+        if isinstance(found, dict) and (found.get("metadata") or {}).get("uid") != ref.get("uid"):
+            return None  # a newer object of the same name: the referenced owner is gone
+        return found
+
+    def _fetch(self, namespace, group, ref):
+        version = (ref.get("apiVersion") or "").rpartition("/")[2]
+        served = self.served.versions_of(group, ref.get("kind"))
+        resource = next((r for r in served if r.version == version), served[0] if served else None)
+        if resource is None or not ref.get("name"):
+            return False
+        try:
+            return self.cluster.get(resource.path(namespace, ref["name"]))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            log.debug("cannot read owner %s/%s: %s", ref.get("kind"), ref.get("name"), exc)
+            return False
+
+
+def pod_info(pod: dict, membership, gpus) -> dict:
+    """One pod as the live views show it: where it belongs, phase, readiness, node and its requests."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    try:
+        requests = effective_request(spec, gpus, "spec")
+    except RequestError:
+        requests = None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
+    info = {
+        "name": meta.get("name"), "namespace": meta.get("namespace"),
+        "component": membership.component, "instance": membership.instance, "replica": membership.replica,
+        "phase": status.get("phase") or "Pending", "ready": ready, "node": spec.get("nodeName"),
+        "restarts": restarts, "creationTimestamp": meta.get("creationTimestamp"),
+    }
+    info.update(requests.to_dict() if requests is not None else {"gpu": None, "cpu": None, "memory": None})
+    return info
+
+
+def _replica_order(value):
+    text = "" if value is None else str(value)
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+
+
+def live_view(record: dict, pods: list[dict]) -> dict:
+    """A resolved record with its live pods: per component (instance) actual and ready pods,
+    ``livePods`` (each marked ``expected`` when its component instance is in the spec) and ``live`` totals."""
+    item = dict(record)
+    components = [dict(c, actualPods=0, readyPods=0) for c in record["components"]]
+    item["components"] = components
+    order = {}
+    for i, c in enumerate(components):
+        order.setdefault((c["name"], c["instance"]), i)
+    out = []
+    for pod in pods:
+        index = order.get((pod["component"], pod["instance"]))
+        if index is None:
+            same = [i for i, c in enumerate(components) if c["name"] == pod["component"]]
+            if len(same) == 1 and components[same[0]]["instance"] is None:
+                index = same[0]
+        pod = dict(pod, expected=index is not None)
+        if index is not None:
+            components[index]["actualPods"] += 1
+            components[index]["readyPods"] += 1 if pod["ready"] else 0
+        out.append((index if index is not None else len(components), pod))
+    out.sort(key=lambda p: (p[0], str(p[1]["instance"] or ""), _replica_order(p[1]["replica"]), p[1]["name"] or ""))
+    item["livePods"] = [p for _, p in out]
+    totals = {"pods": len(out), "ready": sum(1 for _, p in out if p["ready"]), "gpu": 0, "cpu": 0, "memory": 0}
+    for _, p in out:
+        for key in ("gpu", "cpu", "memory"):
+            totals[key] += p[key] or 0
+    item["live"] = totals
+    return item
+
+
+# -- the inspector ---------------------------------------------------------------
+@dataclass
+class Listing:
+    items: list[dict]
+    errors: list[str] = field(default_factory=list)   # one line per object that could not be read or resolved
+
+
+@dataclass
+class Inspector:
+    """Live workloads of one cluster, read through a catalog."""
+
+    cluster: Cluster
+    catalog: Catalog
+    served: ServedResources
+    context: str
+    warn: Callable[[str], None] = log.warning
+
+    @classmethod
+    def open(cls, catalog: Catalog, kubeconfig: str | None = None, context: str | None = None,
+             warn: Callable[[str], None] = log.warning) -> "Inspector":
+        """Connect, discover what the cluster serves and add its definitions to `catalog`."""
+        cluster = open_cluster(kubeconfig, context)
+        try:
+            served = discover(cluster)
+        except ApiError as exc:
+            cluster.close()
+            raise AccessError("discover", "the served API resources", None, exc) from None
+        inspector = cls(cluster, catalog, served, cluster.id, warn)
+        load_cluster_definitions(catalog, cluster, served, cluster.id, warn)
+        return inspector
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- types and objects ---------------------------------------------------
+    def resource(self, type_text: str) -> ServedResource:
+        """The catalog kind a user's type name means (kind, plural, short name, any case, qualified)."""
+        return resolve_type(type_text, self.catalog, self.served)
+
+    def _get(self, resource: ServedResource, namespace: str | None, name: str) -> dict:
+        try:
+            obj = self.cluster.get(resource.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                where = f" in namespace {namespace!r}" if namespace and resource.namespaced else ""
+                raise NotFoundError(f"{resource.qualified} {name!r} not found{where}") from None
+            raise AccessError("get", resource.qualified, namespace if resource.namespaced else None, exc) from None
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        return obj
+
+    def _resolve(self, obj: dict, errors: list[str]) -> dict | None:
+        try:
+            return self.catalog.resolve(obj).to_dict()
+        except (ResolveError, UnknownKindError) as exc:
+            errors.append(str(exc) if object_ref(obj) in str(exc) else f"{object_ref(obj)}: {exc}")
+            return None
+
+    # -- get -----------------------------------------------------------------
+    def workloads(self, type_text: str, namespace: str | None, names: Iterable[str] = (), *,
+                  label_selector: str | None = None, statuses: Iterable[str] = (), chunk_size: int = 500,
+                  with_pods: bool = False) -> Listing:
+        """The resolved workloads of a type in a namespace (None: all namespaces).
+
+        `names` reads those objects only; `label_selector` is the API server's;
+        `statuses` keeps the workloads whose resolved status is one of them (any
+        case); `chunk_size` pages the list.  `with_pods` adds ``live``
+        ({pods, ready, gpu, cpu, memory}) from the pods each workload owns.
+        """
+        resource = self.resource(type_text)
+        wanted = {s.lower() for s in statuses}
+        listing = Listing([])
+        objects: list[dict] = []
+        if names:
+            for name in names:
+                try:
+                    objects.append(self._get(resource, namespace, name))
+                except NotFoundError as exc:
+                    listing.errors.append(str(exc))
+        else:
+            objects = list(_list_all(self.cluster, resource, namespace, label_selector=label_selector,
+                                     chunk_size=chunk_size))
+        kept = []
+        for obj in objects:
+            record = self._resolve(obj, listing.errors)
+            if record is not None and (not wanted or record["status"].lower() in wanted):
+                kept.append((obj, record))
+        if with_pods and kept:
+            pods = self._pods_for([obj for obj, _ in kept], namespace, chunk_size, listing.errors)
+            for obj, record in kept:
+                view = live_view(record, pods.get(obj["metadata"].get("uid"), []))
+                record["live"] = view["live"]
+        listing.items = [record for _, record in kept]
+        return listing
+
+    # -- tree / resources ------------------------------------------------------
+    def find(self, text: str, namespace: str | None) -> dict:
+        """One workload by ``TYPE/NAME`` or bare ``NAME`` (searched among the catalog kinds the cluster
+        serves, in `namespace`, or every namespace when None).  A workload controlled by another
+        candidate (a Knative Service of an InferenceService) gives way to it."""
+        type_text, sep, name = text.rpartition("/")
+        if sep and type_text:
+            resources = [self.resource(type_text)]
+            if namespace is not None or not resources[0].namespaced:
+                return self._get(resources[0], namespace, name)
+        else:
+            name = text
+            resources = catalog_resources(self.catalog, self.served)
+        candidates = []
+        for resource in resources:
+            candidates += list(_list_all(self.cluster, resource, namespace, field_selector=f"metadata.name={name}"))
+        uids = {(c.get("metadata") or {}).get("uid") for c in candidates}
+        top = [c for c in candidates
+               if not any(ref.get("controller") and ref.get("uid") in uids
+                          for ref in (c.get("metadata") or {}).get("ownerReferences") or [])]
+        if len(top) == 1:
+            return top[0]
+        where = f"namespace {namespace!r}" if namespace else "any namespace"
+        if not top:
+            raise NotFoundError(f"no workload named {name!r} in {where} "
+                                f"(searched {', '.join(r.qualified for r in resources)})")
+        raise AmbiguousNameError(name, sorted(_candidate(c, self.served) for c in top))
+
+    def describe(self, text: str, namespace: str | None, *, chunk_size: int = 500) -> dict:
+        """One workload with its pods: the resolved record plus `live_view`'s live fields."""
+        obj = self.find(text, namespace)
+        definition = self.catalog.definition_for(obj)
+        record = self.catalog.resolve(obj).to_dict()
+        errors: list[str] = []
+        pods = self._pods_for([obj], (obj.get("metadata") or {}).get("namespace"), chunk_size, errors,
+                              definitions={obj["metadata"].get("uid"): definition})
+        for message in errors:
+            self.warn(message)
+        return live_view(record, pods.get(obj["metadata"].get("uid"), []))
+
+    def _pods_for(self, objects: list[dict], namespace: str | None, chunk_size: int, errors: list[str],
+                  definitions: dict | None = None) -> dict[str, list[dict]]:
+        """uid of each object → `pod_info` of the pods it owns (see the module docstring)."""
+        pod_resource = self.served.for_definition("", "v1", "Pod")
+        if pod_resource is None:
+            return {}
+        by_uid = {o["metadata"].get("uid"): o for o in objects}
+        definitions = definitions or {uid: self.catalog.definition_for(o) for uid, o in by_uid.items()}
+        by_label: dict[tuple, list[str]] = {}
+        for uid, obj in by_uid.items():
+            meta = obj["metadata"]
+            for key in label_keys(definitions[uid]):
+                by_label.setdefault((meta.get("namespace"), key, meta.get("name")), []).append(uid)
+        owners = Owners(self.cluster, self.served)
+        for obj in objects:
+            owners.know(obj)
+        out: dict[str, list[dict]] = {}
+        for pod in _list_all(self.cluster, pod_resource, namespace, chunk_size=chunk_size):
+            meta = pod.get("metadata") or {}
+            ancestors, complete = owners.ancestors(pod)
+            mine = [uid for uid in ancestors if uid in by_uid]
+            if not mine and not complete or not mine and not meta.get("ownerReferences"):
+                labels = meta.get("labels") or {}
+                mine = sorted({uid for key, value in labels.items()
+                               for uid in by_label.get((meta.get("namespace"), key, value), [])})
+            for uid in mine:
+                try:
+                    membership = match_pod(definitions[uid], pod)
+                except ResolveError as exc:
+                    errors.append(str(exc))
+                    continue
+                if membership is not None:
+                    out.setdefault(uid, []).append(pod_info(pod, membership, self.catalog.resolver.gpus))
+        return out
+
+
+def _candidate(obj: dict, served: ServedResources) -> str:
+    meta = obj.get("metadata") or {}
+    group = (obj.get("apiVersion") or "").rpartition("/")[0]
+    found = served.versions_of(group, obj.get("kind"))
+    type_name = found[0].qualified if found else obj.get("kind")
+    ns = meta.get("namespace")
+    return f"{type_name}/{meta.get('name')}" + (f" in {ns}" if ns else "")
+
+
+__all__ = [
+    "AccessError", "AmbiguousNameError", "ClusterConfigError", "Inspector", "Listing", "NotFoundError", "Owners",
+    "context_name", "label_keys", "live_view", "load_cluster_definitions", "open_cluster", "pod_info",
+]
