@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import json
 import os
+from urllib.parse import urlencode
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3 import Timeout
 from urllib3.exceptions import HTTPError as TransportError
 
 IN_CLUSTER = "in-cluster"
+POOL_SIZE = 64
 
 
 class ClusterConfigError(ValueError):
@@ -81,19 +83,21 @@ class ClusterSpec:
 
 def connect(spec: ClusterSpec) -> "Cluster":
     """A client for one cluster; ClusterConfigError names the cluster and what is wrong."""
+    configuration = k8s_client.Configuration()
     try:
         if spec.in_cluster:
-            configuration = k8s_client.Configuration()
             k8s_config.load_incluster_config(client_configuration=configuration)
-            api = k8s_client.ApiClient(configuration)
         else:
-            api = k8s_config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+            k8s_config.load_kube_config(config_file=spec.kubeconfig, context=spec.context,
+                                        client_configuration=configuration, persist_config=False)
     except (ConfigException, OSError, TypeError, KeyError) as exc:
         source = "in-cluster service account" if spec.in_cluster else (
             f"context {spec.context!r} of {spec.kubeconfig or 'the default kubeconfig'}" if spec.context
             else f"current context of {spec.kubeconfig or 'the default kubeconfig'}")
         raise ClusterConfigError(f"cluster {spec.id!r}: cannot use the {source}: {exc}") from None
-    return Cluster(spec, api)
+    # one long-lived watch connection per watched kind, plus lists: more than the default 10
+    configuration.connection_pool_maxsize = POOL_SIZE
+    return Cluster(spec, k8s_client.ApiClient(configuration))
 
 
 def current_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -127,19 +131,33 @@ class Cluster:
         self.api.close()
 
     # -- requests -------------------------------------------------------------
-    def _call(self, method: str, path: str, params: dict | None, *, body=None, timeout=None,
+    def _headers(self, accept: str) -> dict:
+        headers = {"Accept": accept, "Content-Type": "application/json", "User-Agent": "workloadmap"}
+        # the client's own auth settings: static tokens, and exec/auth-provider tokens it refreshes
+        for setting in self.api.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    def _call(self, method: str, path: str, params: dict | None, *, body=None, timeout: float = 60.0,
               accept: str = "application/json"):
-        query = [(k, v) for k, v in (params or {}).items() if v is not None]
+        """One request through the client's TLS-configured pool; raises ApiError on an error status."""
+        query = urlencode([(k, v) for k, v in (params or {}).items() if v is not None])
+        url = f"{self.server}{path}?{query}" if query else f"{self.server}{path}"
         try:
-            return self.api.call_api(
-                path, method, query_params=query, body=body,
-                header_params={"Accept": accept, "Content-Type": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
-            )
-        except ApiException as exc:
-            raise _api_error(exc, path) from None
+            response = self.api.rest_client.pool_manager.request(
+                method, url, body=None if body is None else json.dumps(body).encode(),
+                headers=self._headers(accept), timeout=Timeout(connect=15.0, read=timeout),
+                preload_content=False, retries=False)
         except (TransportError, OSError) as exc:
-            raise ApiError(0, "Unreachable", f"{self.server}: {exc.__class__.__name__}: {exc}", path) from None
+            raise ApiError(0, "Unreachable", f"{self.server}: {exc.__class__.__name__}", path) from None
+        if response.status >= 400:
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            raise _api_error(response.status, response.reason, data, path)
+        return response
 
     def get(self, path: str, params: dict | None = None, *, timeout: float = 60.0,
             accept: str = "application/json") -> dict:
@@ -207,11 +225,10 @@ class WatchStream:
         self.response.shutdown()
 
 
-def _api_error(exc: ApiException, path: str) -> ApiError:
-    message = exc.reason or ""
+def _api_error(status: int, reason: str | None, body: bytes, path: str) -> ApiError:
+    message = ""
     try:
-        status = json.loads(exc.body or b"{}")
-        message = status.get("message") or message
-    except (ValueError, TypeError):
-        pass
-    return ApiError(exc.status or 0, exc.reason or "Error", message, path)
+        message = json.loads(body or b"{}").get("message") or ""
+    except (ValueError, TypeError, AttributeError):
+        message = (body or b"")[:300].decode("utf-8", "replace")
+    return ApiError(status, reason or "Error", message, path)

@@ -23,6 +23,13 @@ Why each piece is there:
   and published like any object (the processors build each cluster's
   catalog from them); the watcher also reads them itself, because a
   definition for a new kind means a new kind to watch.
+- Only top-level workloads are published: an object a controller owns (an
+  ownerReference with ``controller: true``: the Pods of a Job, the Jobs of a
+  JobSet or CronJob, the RayCluster of a RayJob, the Deployment of an
+  InferenceService) is a part of its owner's workload, which already counts
+  its pods; publishing it too would count its GPUs twice.  An object that
+  gains a controller owner is published as DELETED (it stopped being a
+  workload of its own).
 - Only catalog kinds and WorkloadMap definitions are ever listed: never
   Secrets or ConfigMaps, even when a definition names them as child kinds.
   Nothing here logs credentials; log lines name the cluster id, the server
@@ -95,7 +102,7 @@ class KindWatcher:
         self.resource_version: str | None = None    # None: (re)list before watching
         self.synced = threading.Event()             # set once the first list is published
         self.finished = False                       # the kind is no longer served
-        self.counts = {"ADDED": 0, "MODIFIED": 0, "DELETED": 0, "relists": 0, "gone": 0, "errors": 0}
+        self.counts = {"ADDED": 0, "MODIFIED": 0, "DELETED": 0, "owned": 0, "relists": 0, "gone": 0, "errors": 0}
         self._warned: set[int] = set()
         self._stream = None
 
@@ -113,6 +120,8 @@ class KindWatcher:
                 self.watch()
                 self.backoff.reset()
             except ApiError as exc:
+                if self.stop.is_set():
+                    return      # interrupted on purpose
                 if exc.gone:
                     self.counts["gone"] += 1
                     log.info("%s: resourceVersion %s expired, relisting", self, self.resource_version)
@@ -160,6 +169,9 @@ class KindWatcher:
                 for obj in page.get("items") or []:
                     obj.setdefault("apiVersion", self.resource.api_version)
                     obj.setdefault("kind", self.resource.kind)
+                    if _controlled(obj):
+                        self.counts["owned"] += 1
+                        continue
                     uid = obj["metadata"]["uid"]
                     tracked = _tracked(obj)
                     seen[uid] = tracked
@@ -222,6 +234,11 @@ class KindWatcher:
             obj.setdefault("apiVersion", self.resource.api_version)
             obj.setdefault("kind", self.resource.kind)
             uid = obj["metadata"]["uid"]
+            if _controlled(obj):
+                self.counts["owned"] += 1
+                if uid not in self.known:
+                    continue
+                kind = "DELETED"    # it became part of another workload
             if self.on_object is not None:
                 self.on_object(kind, obj)
             tracked = _tracked(obj)
@@ -239,6 +256,11 @@ class KindWatcher:
                 self.known[uid] = tracked
             if version is not None:
                 self.resource_version = version
+
+
+def _controlled(obj: dict) -> bool:
+    """Whether a controller owns the object (it is part of another workload)."""
+    return any(ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or ())
 
 
 def _tracked(obj: dict) -> Tracked:
