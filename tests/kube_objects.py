@@ -1,0 +1,143 @@
+"""Creating workload objects in a test API server, from the bundled examples.
+
+The examples (catalog/examples/*.yaml) are live objects modelled on the
+frameworks' published examples, status included.  The API server sets uid,
+resourceVersion and creation time itself and ignores a status sent with a
+create (status subresource), so an example goes in as spec first, then its
+status through ``/status``, as the framework's controller would write it.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+from workloadmap.catalog.registry import bundled_examples
+
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences",
+                 "selfLink", "deletionTimestamp")
+
+
+def example(kind: str, name: str | None = None) -> dict:
+    """A deep copy of a bundled example object of `kind` (the first one, or the one named)."""
+    for obj in bundled_examples():
+        if obj["kind"] == kind and (name is None or obj["metadata"]["name"] == name):
+            return copy.deepcopy(obj)
+    raise KeyError(f"no bundled example of kind {kind!r}" + (f" named {name!r}" if name else ""))
+
+
+def plural_path(obj: dict, namespace: str) -> str:
+    """The collection path of an object's kind (plurals as the test CRDs and core API define them)."""
+    group_version = obj["apiVersion"]
+    plural = PLURALS[obj["kind"], group_version.rpartition("/")[0]]
+    base = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+    return f"{base}/namespaces/{namespace}/{plural}"
+
+
+JOB_LABELS = ("controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name")
+
+PLURALS = {
+    ("Pod", ""): "pods", ("Deployment", "apps"): "deployments", ("StatefulSet", "apps"): "statefulsets",
+    ("Job", "batch"): "jobs", ("CronJob", "batch"): "cronjobs", ("JobSet", "jobset.x-k8s.io"): "jobsets",
+    ("PyTorchJob", "kubeflow.org"): "pytorchjobs", ("MPIJob", "kubeflow.org"): "mpijobs",
+    ("RayCluster", "ray.io"): "rayclusters", ("RayJob", "ray.io"): "rayjobs", ("RayService", "ray.io"): "rayservices",
+    ("InferenceService", "serving.kserve.io"): "inferenceservices", ("Service", "serving.knative.dev"): "services",
+    ("NIMService", "apps.nvidia.com"): "nimservices", ("LeaderWorkerSet", "leaderworkerset.x-k8s.io"): "leaderworkersets",
+    ("Milvus", "milvus.io"): "milvuses", ("PodCliqueSet", "grove.io"): "podcliquesets",
+    ("DynamoGraphDeployment", "nvidia.com"): "dynamographdeployments",
+}
+
+
+def namespace(kube, prefix: str = "t") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+def owner_reference(owner: dict) -> dict:
+    """A controller ownerReference to `owner` (as its controller would set it)."""
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def create(kube, obj: dict, ns: str, *, name: str | None = None, with_status: bool = True,
+           owner: dict | None = None) -> dict:
+    """Create `obj` (an example) in namespace `ns` (owned by `owner` if given), then write its status;
+    returns the server's object."""
+    body = copy.deepcopy(obj)
+    status = body.pop("status", None)
+    meta = body["metadata"]
+    for key in SERVER_FIELDS:
+        meta.pop(key, None)
+    meta["namespace"] = ns
+    if name:
+        meta["name"] = name
+    if owner is not None:
+        meta["ownerReferences"] = [owner_reference(owner)]
+    if body["kind"] == "Job":   # the API server generates the selector and these labels itself
+        body["spec"].pop("selector", None)
+        labels = body["spec"]["template"].get("metadata", {}).get("labels", {})
+        for label in JOB_LABELS:
+            labels.pop(label, None)
+    created = kube.request("POST", plural_path(body, ns), body)
+    if with_status and status:
+        created = set_status(kube, created, status)
+    return created
+
+
+def set_status(kube, obj: dict, status: dict) -> dict:
+    body = copy.deepcopy(obj)
+    body["status"] = status
+    meta = body["metadata"]
+    return kube.request("PUT", f"{plural_path(body, meta['namespace'])}/{meta['name']}/status", body)
+
+
+def update(kube, obj: dict, change) -> dict:
+    """GET the object, apply `change(obj)` to it, PUT it back (the spec: scale, suspend, ...)."""
+    meta = obj["metadata"]
+    path = f"{plural_path(obj, meta['namespace'])}/{meta['name']}"
+    current = kube.request("GET", path)
+    change(current)
+    return kube.request("PUT", path, current)
+
+
+def delete(kube, obj: dict) -> None:
+    meta = obj["metadata"]
+    kube.request("DELETE", f"{plural_path(obj, meta['namespace'])}/{meta['name']}")
+
+
+# A definition for any kind whose objects carry `spec.replicas` and `spec.template` (a PodTemplateSpec):
+# format() with name, group (a YAML scalar: '""' for the core group), version and kind.
+DEFINITION_TEMPLATE = """
+apiVersion: workloadmap.io/v1alpha1
+kind: WorkloadMap
+metadata:
+  name: {name}
+spec:
+  framework: Widgets
+  structureDefinition:
+    rootComponent:
+      name: widget
+      kind: {{group: {group}, version: {version}, kind: {kind}}}
+      specDefinition:
+        podTemplateSpecPath: .spec.template
+      scaleDefinition:
+        replicasPath: .spec.replicas
+      statusDefinition:
+        phaseDefinition:
+          path: .status.phase
+        statusMappings:
+          running:
+          - byPhase: Running
+"""
+
+# A CRD no built-in definition reads: kinds added by definitions applied to the cluster.
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {"group": "example.com", "scope": "Namespaced",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
