@@ -1,0 +1,162 @@
+"""End to end from two real API servers: watchers → Kafka → processors → DuckDB.
+
+Objects of several frameworks are created, status-updated, scaled and deleted
+in two clusters; the watchers run as the real `workloadmap run watchers`
+process with service-account tokens bound to exactly the role `workloadmap
+rbac` prints.  The warehouse's final state per workload must be what the
+catalog makes of the objects as the API servers hold them at the end, and
+deleted ones must end `Deleted`, including one deleted while the watcher was
+stopped (published after its relist on restart).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import kube_objects as k
+from tests.test_pipeline_e2e import Pipeline
+from workloadmap.catalog import Catalog, records
+from workloadmap.ingest.authorizing import reader_rbac
+
+WATCHERS = [sys.executable, "-m", "workloadmap", "run", "watchers"]
+
+
+def least_privilege_kubeconfig(kube, tmp_path, run: str):
+    """A kubeconfig whose token is a service account bound to exactly the `workloadmap rbac` role."""
+    namespace = k.namespace(kube, "wlm-system")
+    rbac = reader_rbac(Catalog.builtin(), f"{namespace}/watcher", name=f"workloadmap-reader-{run}")
+    kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", rbac.role)
+    kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", rbac.binding)
+    token = kube.service_account_token(namespace, "watcher")
+    # the token reads workloads and is refused what the role does not grant
+    kube.request("GET", "/apis/kubeflow.org/v1/pytorchjobs?limit=1", token=token)
+    from tests.services.kube_api import KubeHTTPError
+    for forbidden in ("/api/v1/secrets?limit=1", "/api/v1/configmaps?limit=1"):
+        with pytest.raises(KubeHTTPError) as err:
+            kube.request("GET", forbidden, token=token)
+        assert err.value.code == 403
+    return kube.kubeconfig_for_token(token, tmp_path / f"{kube.name}-watcher.kubeconfig", kube.name)
+
+
+class Watchers:
+    def __init__(self, pipeline: Pipeline, clusters: list[str], checkpoints):
+        self.pipeline = pipeline
+        self.args = [*WATCHERS, *(f for c in clusters for f in ("--cluster", c)), "--checkpoint-dir", str(checkpoints)]
+        self.proc = None
+
+    def start(self):
+        log = open(self.pipeline.tmp / "watchers.log", "ab")
+        self.proc = subprocess.Popen(self.args, env=self.pipeline.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0, self.pipeline.log("watchers")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def latest_states(p: Pipeline, namespaces) -> dict:
+    marks = ",".join("?" * len(namespaces))
+    rows = p.warehouse_rows(f"""
+        SELECT cluster, namespace, name, kind, status, gpus, pods FROM workload_states
+        WHERE namespace IN ({marks})
+        QUALIFY row_number() OVER (PARTITION BY cluster, uid ORDER BY seq DESC) = 1""".replace("?", "'{}'").format(
+        *namespaces)) or []
+    return {(c, ns, kind, name): (status, gpus, pods) for c, ns, name, kind, status, gpus, pods in rows}
+
+
+def wait_states(p: Pipeline, watchers: Watchers, namespaces, expected: dict, timeout=120):
+    deadline = time.time() + timeout
+    got = None
+    while time.time() < deadline:
+        assert watchers.proc.poll() is None, p.log("watchers")
+        got = latest_states(p, namespaces)
+        if all(got.get(key, (None,))[0] == want[0] for key, want in expected.items()):
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"warehouse state {got}\nexpected {expected}\n--- watchers\n{p.log('watchers')}"
+                         f"\n--- processors\n{p.log('processors')}")
+
+
+def test_cluster_changes_reach_the_warehouse(kafka_broker, kube_clusters, tmp_path):
+    a, b = kube_clusters["cluster-a"], kube_clusters["cluster-b"]
+    p = Pipeline(kafka_broker.bootstrap_servers, tmp_path)
+    run = p.env["WORKLOADMAP_CLIENT_ID"].rpartition("-")[2]
+    configs = [f"cluster-a={least_privilege_kubeconfig(a, tmp_path, run)}",
+               f"cluster-b={least_privilege_kubeconfig(b, tmp_path, run)}"]
+    watchers = Watchers(p, configs, tmp_path / "checkpoints")
+    ns_a, ns_b = k.namespace(a, "e2e"), k.namespace(b, "e2e")
+    catalog = Catalog.builtin()
+    try:
+        p.start("processors")
+        p.start("warehouse")
+        watchers.start()
+        # cluster a: a PyTorchJob scaled then finished, a JobSet deleted, a RayCluster that stays
+        pj = k.create(a, k.example("PyTorchJob", "mnist-ddp"), ns_a)
+        jobset = k.create(a, k.example("JobSet", "resnet-cifar10"), ns_a)
+        ray = k.create(a, k.example("RayCluster", "llm-finetune"), ns_a)
+        # cluster b: a LeaderWorkerSet and an InferenceService, a Deployment deleted
+        lws = k.create(b, k.example("LeaderWorkerSet", "vllm-llama3-70b"), ns_b)
+        isvc = k.create(b, k.example("InferenceService", "llama3-8b"), ns_b)
+        dep = k.create(b, k.example("Deployment", "embedding-server"), ns_b)
+
+        pj = k.update(a, pj, lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"].update(replicas=6))
+        done = dict(pj["status"] or {})
+        done["conditions"] = [*(done.get("conditions") or []),
+                              {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded",
+                               "lastTransitionTime": "2026-12-02T10:00:00Z"}]
+        for c in done["conditions"]:
+            if c["type"] == "Running":
+                c["status"] = "False"
+        pj = k.set_status(a, pj, done)
+        k.delete(a, jobset)
+        k.delete(b, dep)
+
+        def expected_of(cluster, obj):
+            return (catalog.resolve(obj).status,)
+        expected = {
+            ("cluster-a", ns_a, "PyTorchJob", "mnist-ddp"): expected_of("cluster-a", pj),
+            ("cluster-a", ns_a, "JobSet", "resnet-cifar10"): (records.DELETED,),
+            ("cluster-a", ns_a, "RayCluster", "llm-finetune"): expected_of("cluster-a", ray),
+            ("cluster-b", ns_b, "LeaderWorkerSet", "vllm-llama3-70b"): expected_of("cluster-b", lws),
+            ("cluster-b", ns_b, "InferenceService", "llama3-8b"): expected_of("cluster-b", isvc),
+            ("cluster-b", ns_b, "Deployment", "embedding-server"): (records.DELETED,),
+        }
+        assert expected[("cluster-a", ns_a, "PyTorchJob", "mnist-ddp")] == ("Completed",)
+        got = wait_states(p, watchers, [ns_a, ns_b], expected)
+        assert set(got) == set(expected), "nothing else from these namespaces"
+        for key, obj in (("cluster-a", ns_a, "PyTorchJob", "mnist-ddp"), pj), \
+                        (("cluster-a", ns_a, "RayCluster", "llm-finetune"), ray), \
+                        (("cluster-b", ns_b, "LeaderWorkerSet", "vllm-llama3-70b"), lws):
+            resolved = catalog.resolve(obj)
+            assert got[key][1] == pytest.approx(resolved.total.gpu), key
+            assert got[key][2] == resolved.pods, key
+
+        # the watcher stops; the RayCluster is deleted meanwhile; on restart its relist publishes DELETED
+        watchers.stop()
+        k.delete(a, ray)
+        watchers.start()
+        expected[("cluster-a", ns_a, "RayCluster", "llm-finetune")] = (records.DELETED,)
+        wait_states(p, watchers, [ns_a, ns_b], expected)
+
+        transitions = p.warehouse_rows(f"""
+            SELECT name, from_status, to_status FROM transitions WHERE namespace = '{ns_a}' ORDER BY transitioned_at""")
+        pj_path = [(f, t) for n, f, t in transitions if n == "mnist-ddp"]
+        assert pj_path[-1] == (pj_path[-1][0], "Completed") and pj_path[0][0] is None
+        assert [t for n, _, t in transitions if n == "llm-finetune"][-1] == records.DELETED
+        records_count = p.warehouse_rows(f"""
+            SELECT count(*), count(DISTINCT (cluster, uid, resource_version, deleted)) FROM workload_states
+            WHERE namespace IN ('{ns_a}', '{ns_b}')""")[0]
+        assert records_count[0] == records_count[1], "no duplicate records after the watcher's restart"
+        assert "Forbidden" not in p.log("watchers") and "forbidden" not in p.log("watchers")
+    finally:
+        watchers.kill()
+        p.close()
