@@ -327,7 +327,13 @@ class Inspector:
     # -- types and objects ---------------------------------------------------
     def resource(self, type_text: str) -> ServedResource:
         """The catalog kind a user's type name means (kind, plural, short name, any case, qualified)."""
-        return resolve_type(type_text, self.catalog, self.served)
+        try:
+            return resolve_type(type_text, self.catalog, self.served)
+        except UnknownKindError as exc:
+            if exc.api_version:  # served, but no definition reads it (secrets)
+                raise
+            hint = f"; closest known kinds: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+            raise NotFoundError(f"type {type_text!r}: no catalog kind the cluster serves has that name{hint}") from None
 
     def _get(self, resource: ServedResource, namespace: str | None, name: str) -> dict:
         try:
