@@ -1,0 +1,904 @@
+"""A real Kubernetes API server (kube-apiserver + etcd) for tests, without Docker.
+
+Like controller-runtime's envtest: the upstream kube-apiserver and etcd, no controller
+manager, no scheduler, no kubelet. Release binaries cannot be downloaded on our machines,
+so ``tests/services/kube/`` is a small Go module whose two ``main`` packages call the
+upstream commands (``app.NewAPIServerCommand()`` and ``etcdmain.Main``); ``build()``
+compiles them once into ``~/.cache/workloadmap/kube-<version>/`` (GOMODCACHE in
+``~/.cache/workloadmap/gomod``, GOCACHE Go's default ``~/.cache/go-build``) and rebuilds
+only when go.mod, go.sum or the mains change (a stamp records their hash). A cold build
+takes ~10 min on 2 cores and needs Go >= the ``go`` line of go.mod (1.26). Only the
+standard library is used here.
+
+Usage::
+
+    from tests.services.kube_api import KubeAPIServer, CRD_DIR
+
+    with KubeAPIServer(name="cluster-a") as kube:     # etcd + apiserver, waits for /readyz
+        kube.apply_crds(sorted(CRD_DIR.glob("*.yaml")))
+        kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": "ns1"}})
+        use(kube.kubeconfig)                          # context "cluster-a", admin token
+        token = kube.service_account_token("ns1", "reader")
+        kube.kubeconfig_for_token(token, tmp / "reader.kubeconfig", "reader")
+        kube.kill(); kube.restart()                   # apiserver only; etcd keeps the data
+        kube.compact()                                # etcd compaction to the current revision
+
+Command line (from the repository root)::
+
+    python -m tests.services.kube_api build   # build the binaries if needed (progress lines;
+                                              # nothing when WORKLOADMAP_NO_KUBE=1)
+    python -m tests.services.kube_api run     # start one, print its kubeconfig, Ctrl-C stops
+
+Everything a server writes (etcd data, the apiserver's generated serving certificate in
+``certs/``, the service-account key, the token file, ``kubeconfig``, ``etcd.log`` and
+``apiserver.log``) lives in a fresh temp dir that ``close()`` / leaving the ``with`` block
+deletes. Errors carry the tail of both logs. If the Python process dies without stopping
+the servers, a watchdog process per server process SIGKILLs it and deletes the temp dir.
+
+Authentication and authorization: ``--token-auth-file`` holds one admin token (user
+``admin``, group ``system:masters``), ``--authorization-mode=RBAC``; service-account
+tokens come from the TokenRequest API (one RSA key signs and verifies them). The
+kubeconfig trusts the self-signed serving certificate the apiserver generated in its
+cert dir (its SANs include 127.0.0.1); there is no insecure-skip-tls-verify. No
+controller manager runs: no garbage collection, namespaces never finish deleting, no
+default service accounts, CRD objects get no status but what a test writes.
+
+Watch cache, compaction and 410 Gone (measured on v1.36.3; tests/test_kube_api.py checks it):
+
+* With the watch cache (the default, as in real clusters) watches and exact-version
+  lists are served from the apiserver's memory: after ``compact()`` a watch from an
+  older resourceVersion still replays every event since then, no 410, and a list with
+  ``resourceVersion=<old>&resourceVersionMatch=Exact`` still answers. The cache keeps
+  everything since it started: its size is dynamic now, so neither
+  ``--default-watch-cache-size=10`` (1,000 updates later, the first was still replayed)
+  nor ``--default-watch-cache-size=0`` (the cache stays on) produces a 410.
+* A 410 comes from a resourceVersion older than what the cache holds. With the cache on,
+  ``compact()`` then ``kill()`` + ``restart()`` gets there: the restarted apiserver's
+  cache starts at the current revision (as after an apiserver restart in production),
+  and a watch from an older version gets HTTP 200 with one ``ERROR`` event whose Status
+  has code 410, reason ``Expired`` ("too old resource version: 203 (206)"); an exact
+  list gets HTTP 410. The apiserver starts again in ~3-4 s.
+* Without the cache the watch goes to etcd and gets the same ERROR event ("The
+  resourceVersion for the provided watch is too old.") right after ``compact()``:
+  ``KubeAPIServer(watch_cache=False)`` (``--watch-cache=false``, no BOOKMARK events then),
+  or for chosen resources only ``extra_args=["--watch-cache-sizes=configmaps#0"]``
+  (``<plural>.<group>#0`` for a custom resource); other resources keep their cache.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "kube"
+GO_MOD = HERE / "go.mod"
+GO_SUM = HERE / "go.sum"
+CRD_DIR = HERE / "crds"
+# The WorkloadMap CRD the project ships (applied as it is, not copied).
+WORKLOADMAP_CRD = Path(__file__).resolve().parents[2] / "catalog" / "crd" / "workloadmap.io_workloadmaps.yaml"
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workloadmap"
+GOMODCACHE = CACHE_ROOT / "gomod"
+BINARIES = ("etcd", "kube-apiserver")
+
+ETCD_READY_TIMEOUT = 30.0  # seconds from start to GET /health answering {"health":"true"}
+APISERVER_READY_TIMEOUT = 120.0  # seconds from start to GET /readyz answering "ok"
+STOP_TIMEOUT = 20.0  # seconds after SIGTERM before SIGKILL
+ADMIN_USER = "admin"
+SERVICE_CIDR = "10.0.0.0/24"
+SA_ISSUER = "https://kubernetes.default.svc"
+_STAMP = ".stamp"  # written last into the binaries folder: hash of the Go sources
+
+
+class KubeAPIError(RuntimeError):
+    """The binaries could not be built, or a server did not start / stop."""
+
+
+class KubeHTTPError(KubeAPIError):
+    """The API server answered a request with an HTTP error; ``status`` is the Status object."""
+
+    def __init__(self, method: str, path: str, code: int, status: dict | str):
+        self.code = code
+        self.status = status
+        reason = status.get("message", status) if isinstance(status, dict) else status
+        super().__init__(f"{method} {path}: HTTP {code}: {reason}")
+
+
+def kube_version() -> str:
+    """The Kubernetes version pinned in go.mod (``v1.36.3``), the one source of truth."""
+    m = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD.read_text(), re.M)
+    if not m:
+        raise KubeAPIError(f"no k8s.io/kubernetes requirement in {GO_MOD}")
+    return m.group(1)
+
+
+def bin_dir() -> Path:
+    return CACHE_ROOT / f"kube-{kube_version()}"
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    sets = {
+        "k8s.io/component-base/version.gitVersion": version,
+        "k8s.io/component-base/version.gitMajor": major,
+        "k8s.io/component-base/version.gitMinor": minor,
+        "k8s.io/client-go/pkg/version.gitVersion": version,
+    }
+    return "-s -w " + " ".join(f"-X {k}={v}" for k, v in sets.items())
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for path in [GO_MOD, GO_SUM, *sorted(HERE.glob("cmd/*/main.go"))]:
+        h.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(_ldflags(kube_version()).encode())
+    return h.hexdigest()
+
+
+def _binaries_current(folder: Path) -> bool:
+    stamp = folder / _STAMP
+    return (
+        stamp.is_file()
+        and stamp.read_text().strip() == _sources_hash()
+        and all(os.access(folder / name, os.X_OK) for name in BINARIES)
+    )
+
+
+def _go() -> str:
+    go = shutil.which("go") or next(
+        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.access(p, os.X_OK)), None
+    )
+    if not go:
+        raise KubeAPIError(
+            "go not found: building kube-apiserver and etcd needs Go >= "
+            f"{_go_needed()} on PATH (https://go.dev/dl/; Debian's golang-go is too old)"
+        )
+    return go
+
+
+def _go_needed() -> str:
+    m = re.search(r"^go (\d+\.\d+(?:\.\d+)?)", GO_MOD.read_text(), re.M)
+    return m.group(1) if m else "1.26"
+
+
+def _check_go(go: str) -> None:
+    out = subprocess.run([go, "version"], capture_output=True, text=True).stdout
+    m = re.search(r"go(\d+)\.(\d+)(?:\.(\d+))?", out)
+    have = tuple(int(x or 0) for x in m.groups()) if m else (0, 0, 0)
+    need = tuple(int(x) for x in (_go_needed().split(".") + ["0"])[:3])
+    if have < need:
+        raise KubeAPIError(f"building the API server needs Go >= {_go_needed()}; {go} is: {out.strip()}")
+
+
+def build(*, quiet: bool = False) -> Path:
+    """Return the folder holding ``etcd`` and ``kube-apiserver``, building them if needed.
+
+    Builds when the folder lacks a binary or its stamp does not match go.mod, go.sum and
+    the mains. Progress goes to stderr (a line every 30 s); ``quiet`` silences it. The
+    binaries are built into a temp folder and moved into place, the stamp written last,
+    under a file lock: an interrupted or concurrent build never leaves a half-built set.
+    """
+    target = bin_dir()
+    if _binaries_current(target):
+        return target
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    with open(CACHE_ROOT / "kube-build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("kube: another process is building the binaries; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if _binaries_current(target):
+            return target
+        go = _go()
+        _check_go(go)
+        _run_build(go, target, say)
+    return target
+
+
+def _run_build(go: str, target: Path, say) -> None:
+    version = kube_version()
+    staging = Path(tempfile.mkdtemp(prefix="kube-build-", dir=CACHE_ROOT))
+    env = {**os.environ, "GOMODCACHE": str(GOMODCACHE), "GOFLAGS": "-mod=readonly"}
+    cmd = [go, "build", "-v", "-trimpath", "-ldflags", _ldflags(version), "-o", f"{staging}/",
+           "./cmd/etcd", "./cmd/kube-apiserver"]  # fmt: skip
+    say(f"kube: building etcd and kube-apiserver {version} into {target} "
+        f"(cold: ~10 min on 2 cores; GOMODCACHE={GOMODCACHE})")  # fmt: skip
+    started = last = time.monotonic()
+    packages = downloads = 0
+    tail: list[str] = []
+    try:
+        proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail = [*tail[-59:], line]
+            if line.startswith("go: downloading"):
+                downloads += 1
+            elif line and not line.startswith(("#", " ", "\t")):
+                packages += 1
+            now = time.monotonic()
+            if now - last >= 30:
+                last = now
+                say(f"kube: {now - started:4.0f} s: {downloads} modules downloaded, "
+                    f"{packages} packages compiled (last: {line.strip()[:80]})")  # fmt: skip
+        code = proc.wait()
+        built = all(os.access(staging / name, os.X_OK) for name in BINARIES)
+        if code != 0 or not built:
+            raise KubeAPIError(
+                f"building kube-apiserver/etcd failed (exit {code}) in {HERE}: {' '.join(cmd)}\n"
+                + "\n".join(tail[-40:])
+            )
+        target.mkdir(parents=True, exist_ok=True)
+        (target / _STAMP).unlink(missing_ok=True)
+        for name in BINARIES:
+            os.replace(staging / name, target / name)
+        (target / _STAMP).write_text(_sources_hash() + "\n")
+        say(f"kube: built in {time.monotonic() - started:.0f} s "
+            f"({downloads} modules downloaded, {packages} packages compiled)")  # fmt: skip
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _rsa_key(path: Path) -> None:
+    """One RSA private key (PEM): signs service-account tokens and verifies them."""
+    openssl = shutil.which("openssl")
+    if openssl:
+        res = subprocess.run([openssl, "genrsa", "-out", str(path), "2048"],
+                             capture_output=True, text=True)  # fmt: skip
+        if res.returncode == 0:
+            return
+        raise KubeAPIError(f"openssl genrsa failed: {res.stderr.strip()}")
+    try:  # the only non-stdlib path, and only when openssl is missing
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+    except ImportError as e:
+        raise KubeAPIError("need openssl on PATH (or the cryptography package) to make an RSA key") from e
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.TraditionalOpenSSL,
+                                       serialization.NoEncryption()))  # fmt: skip
+
+
+def write_kubeconfig(path: str | os.PathLike, entries: Iterable[tuple[str, str, bytes, str]],
+                     current: str | None = None) -> Path:  # fmt: skip
+    """Write a kubeconfig with one context per ``(context, server, ca_pem, token)``.
+
+    Cluster, user and context all take the context's name; the CA is embedded
+    (certificate-authority-data). Written as JSON, which every kubeconfig loader reads
+    (it is YAML too). The first context is current unless ``current`` names another.
+    """
+    entries = list(entries)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": ctx, "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca).decode()}}
+            for ctx, server, ca, _ in entries],
+        "users": [{"name": ctx, "user": {"token": token}} for ctx, _, _, token in entries],
+        "contexts": [{"name": ctx, "context": {"cluster": ctx, "user": ctx}} for ctx, *_ in entries],
+        "current-context": current or entries[0][0],
+    }  # fmt: skip
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+class _Process:
+    """One server process in its own session, its log file, and its watchdog."""
+
+    def __init__(self, label: str, cmd: list[str], log: Path, workdir: Path):
+        self.label = label
+        self.log = log
+        with open(log, "ab") as out:
+            # own session: a terminal's Ctrl-C reaches Python, which then stops the server
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(self.proc.pid), str(workdir)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait()
+        self._dismiss_watchdog()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._dismiss_watchdog()
+
+    def _dismiss_watchdog(self) -> None:
+        """The server is gone: tell the watchdog to exit without doing anything."""
+        dog = self.watchdog
+        if dog.poll() is not None:
+            return
+        try:
+            assert dog.stdin is not None
+            dog.stdin.write(b"stopped")
+            dog.stdin.close()
+            dog.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            dog.kill()
+            dog.wait()
+
+
+# --------------------------------------------------------------------------- server
+
+
+class KubeAPIServer:
+    """etcd + kube-apiserver on 127.0.0.1, in a fresh temp dir; a context manager.
+
+    ``start()`` builds the binaries if needed, starts etcd (free client and peer ports,
+    ``--unsafe-no-fsync``) and the apiserver (a free secure port), and returns once
+    ``/readyz`` answers; it writes ``kubeconfig`` with context ``name`` and the admin token.
+    ``kill()`` SIGKILLs the apiserver only, ``restart()`` starts it again on the same port,
+    cert dir and etcd (objects survive), ``stop()`` stops both, ``close()`` also deletes
+    the temp dir. ``timings`` holds the last start-to-ready seconds of each server.
+
+    ``watch_cache=False`` passes ``--watch-cache=false`` (see the module docstring for what
+    that changes about 410 Gone); ``extra_args`` are appended to the apiserver's flags.
+    """
+
+    def __init__(self, name: str = "envtest", *, watch_cache: bool = True,
+                 extra_args: Iterable[str] = (),
+                 ready_timeout: float = APISERVER_READY_TIMEOUT) -> None:  # fmt: skip
+        self.name = name
+        self.watch_cache = watch_cache
+        self.extra_args = list(extra_args)
+        self.ready_timeout = ready_timeout
+        self.version = kube_version()
+        self.admin_token = secrets.token_hex(24)
+        self.workdir: Path | None = None
+        self.port: int | None = None
+        self.etcd_port: int | None = None
+        self.etcd_peer_port: int | None = None
+        self.timings: dict[str, float] = {}
+        self._bins: Path | None = None
+        self._etcd: _Process | None = None
+        self._apiserver: _Process | None = None
+        self._ssl: ssl.SSLContext | None = None
+
+    # -- public API ---------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        if self.port is None:
+            raise KubeAPIError("API server not started")
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def etcd_url(self) -> str:
+        if self.etcd_port is None:
+            raise KubeAPIError("etcd not started")
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        if self.workdir is None:
+            raise KubeAPIError("API server not started")
+        return self.workdir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        """The apiserver's self-signed serving certificate (chain), the kubeconfig's CA."""
+        if self.workdir is None:
+            raise KubeAPIError("API server not started")
+        return self.workdir / "certs" / "apiserver.crt"
+
+    @property
+    def running(self) -> bool:
+        return self._apiserver is not None and self._apiserver.running
+
+    def start(self) -> KubeAPIServer:
+        """Start etcd (first call) and the apiserver, waiting for each to be ready."""
+        if self.running:
+            return self
+        if self.workdir is None:
+            self._bins = build()
+            self.workdir = Path(tempfile.mkdtemp(prefix="workloadmap-kube-"))
+            _live.add(self)
+            (self.workdir / "certs").mkdir()
+            _rsa_key(self.workdir / "sa.key")
+            (self.workdir / "tokens.csv").write_text(
+                f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+            )
+            self.etcd_port, self.etcd_peer_port, self.port = _free_ports(3)
+        if self._etcd is None or not self._etcd.running:
+            self._start_etcd()
+        self._start_apiserver()
+        if not self.kubeconfig.is_file():
+            write_kubeconfig(self.kubeconfig, [self.kubeconfig_entry()])
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the apiserver (no clean shutdown); etcd keeps running. ``restart()`` recovers."""
+        if self._apiserver is not None:
+            self._apiserver.kill()
+            self._apiserver = None
+
+    def restart(self) -> KubeAPIServer:
+        """Stop the apiserver (if running) and start it again on the same port and etcd."""
+        if self.workdir is None:
+            return self.start()
+        if self._apiserver is not None:
+            self._apiserver.stop()
+            self._apiserver = None
+        return self.start()
+
+    def stop(self) -> None:
+        """Stop the apiserver, then etcd (SIGTERM, SIGKILL after ``STOP_TIMEOUT``)."""
+        for attr in ("_apiserver", "_etcd"):
+            proc = getattr(self, attr)
+            if proc is not None:
+                proc.stop()
+                setattr(self, attr, None)
+
+    def close(self) -> None:
+        """Stop both servers and delete the temp dir (data, certs, logs, kubeconfig)."""
+        self.stop()
+        _live.discard(self)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the apiserver's and etcd's logs."""
+        if self.workdir is None:
+            return ""
+        parts = []
+        for log in ("apiserver.log", "etcd.log"):
+            path = self.workdir / log
+            if path.is_file():
+                text = path.read_text(errors="replace")
+                if text.strip():
+                    parts.append(f"--- {path} (last {lines} lines)\n{_tail(text, lines)}")
+        return "\n".join(parts) or f"(no server output in {self.workdir})"
+
+    def kubeconfig_entry(self, token: str | None = None, context: str | None = None) -> tuple:
+        """``(context, server, ca_pem, token)`` for ``write_kubeconfig`` (default: admin)."""
+        return (context or self.name, self.server, self.ca_file.read_bytes(),
+                token or self.admin_token)  # fmt: skip
+
+    def kubeconfig_for_token(self, token: str, path: str | os.PathLike, context: str) -> Path:
+        """Write a kubeconfig at ``path`` whose one context ``context`` uses ``token``."""
+        return write_kubeconfig(path, [self.kubeconfig_entry(token, context)])
+
+    def request(self, method: str, path: str, body=None, token: str | None = None, *,
+                content_type: str = "application/json", timeout: float = 30.0):  # fmt: skip
+        """One API request; returns the parsed JSON answer (text if it is not JSON).
+
+        ``body``: a dict/list (sent as JSON), or str/bytes sent as ``content_type`` (e.g.
+        ``application/yaml``, ``application/merge-patch+json``). ``token`` defaults to the
+        admin's. HTTP errors raise ``KubeHTTPError`` (``.code``, ``.status``), except 429s
+        with Retry-After, which are retried like client-go does.
+        """
+        data = None
+        if body is not None:
+            data = body.encode() if isinstance(body, str) else body
+            if isinstance(body, (dict, list)):
+                data = json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with self._open(req, timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                status = json.loads(raw)
+            except ValueError:
+                status = raw.decode(errors="replace")
+            raise KubeHTTPError(method, path, e.code, status) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    def watch(self, path: str, resource_version: str | None = None, *, timeout: float = 5.0,
+              max_events: int | None = None, token: str | None = None,
+              bookmarks: bool = False) -> list[dict]:  # fmt: skip
+        """Watch ``path`` (a collection) from ``resource_version``; return the events.
+
+        Reads until ``max_events`` events arrived, the server ended the stream, or
+        ``timeout`` seconds passed without an event. A watch the server refuses
+        outright raises ``KubeHTTPError``; one it accepts and then rejects (a too old
+        resourceVersion) ends with an ``{"type": "ERROR", "object": <Status>}`` event.
+        """
+        params = {"watch": "1", "timeoutSeconds": str(max(1, int(timeout) + 1))}
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        if bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        sep = "&" if "?" in path else "?"
+        url = f"{self.server}{path}{sep}{urllib.parse.urlencode(params)}"
+        req = urllib.request.Request(url, method="GET")
+        req.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        events: list[dict] = []
+        try:
+            with self._open(req, timeout) as resp:
+                while max_events is None or len(events) < max_events:
+                    try:
+                        line = resp.readline()
+                    except (TimeoutError, socket.timeout):
+                        break
+                    if not line:
+                        break
+                    if line.strip():
+                        events.append(json.loads(line))
+                        if events[-1].get("type") == "ERROR":
+                            break
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                status = json.loads(raw)
+            except ValueError:
+                status = raw.decode(errors="replace")
+            raise KubeHTTPError("WATCH", path, e.code, status) from None
+        return events
+
+    def compact(self) -> int:
+        """Compact etcd to its current revision (physically); return that revision.
+
+        Through etcd's gRPC gateway (JSON): ``/v3/maintenance/status`` gives the current
+        revision, ``/v3/kv/compaction`` compacts to it. Every older resourceVersion is then
+        gone from etcd (whether a watch from one gets 410: see the module docstring).
+        """
+        status = self._etcd_post("/v3/maintenance/status", {})
+        revision = int(status["header"]["revision"])
+        self._etcd_post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def apply_crds(self, paths: Iterable[str | os.PathLike], timeout: float = 60.0) -> list[str]:
+        """Create each CRD (one YAML document per file), wait until all are Established.
+
+        The YAML goes to the apiserver as it is (``application/yaml``); a CRD that already
+        exists is server-side applied instead. Returns the CRD names. A CRD is also waited
+        for until its storage version's list answers, so objects can be created right away.
+        """
+        names: dict[str, tuple[str, str]] = {}
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for path in paths:
+            text = Path(path).read_bytes()
+            try:
+                crd = self.request("POST", base, text, content_type="application/yaml")
+            except KubeHTTPError as e:
+                if e.code != 409 or not isinstance(e.status, dict):
+                    raise KubeAPIError(f"creating the CRD in {path} failed: {e}") from None
+                name = e.status.get("details", {}).get("name")
+                crd = self.request("PATCH", f"{base}/{name}?fieldManager=workloadmap-tests&force=true",
+                                   text, content_type="application/apply-patch+yaml")  # fmt: skip
+            spec = crd["spec"]
+            storage = next(v["name"] for v in spec["versions"] if v.get("storage"))
+            names[crd["metadata"]["name"]] = (f"/apis/{spec['group']}/{storage}/{spec['names']['plural']}",
+                                              spec["scope"])  # fmt: skip
+        deadline = time.monotonic() + timeout
+        for name, (list_path, _scope) in names.items():
+            while True:
+                crd = self.request("GET", f"{base}/{name}")
+                conditions = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+                established = conditions.get("Established", {}).get("status") == "True"
+                if established:
+                    try:
+                        self.request("GET", f"{list_path}?limit=1")
+                        break
+                    except KubeHTTPError as e:
+                        if e.code != 404:
+                            raise
+                if time.monotonic() > deadline:
+                    raise KubeAPIError(f"CRD {name} not established after {timeout:.0f} s: "
+                                       f"{json.dumps(list(conditions.values()))}")  # fmt: skip
+                time.sleep(0.1)
+        return list(names)
+
+    def ensure(self, path: str, obj: dict) -> dict:
+        """POST ``obj`` to the collection ``path`` unless it exists; return the object."""
+        try:
+            return self.request("POST", path, obj)
+        except KubeHTTPError as e:
+            if e.code != 409:
+                raise
+            return self.request("GET", f"{path}/{obj['metadata']['name']}")
+
+    def service_account_token(self, namespace: str, name: str, *,
+                              expiration_seconds: int = 3600) -> str:  # fmt: skip
+        """A token for ServiceAccount ``namespace/name`` (created, with its namespace, if missing).
+
+        From the TokenRequest API (``POST .../serviceaccounts/{name}/token``); the token
+        authenticates as ``system:serviceaccount:<namespace>:<name>`` and has no rights
+        until a test binds a role to it.
+        """
+        self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": namespace}})  # fmt: skip
+        sa_path = f"/api/v1/namespaces/{namespace}/serviceaccounts"
+        self.ensure(sa_path, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+        answer = self.request("POST", f"{sa_path}/{name}/token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds},
+        })  # fmt: skip
+        return answer["status"]["token"]
+
+    def __enter__(self) -> KubeAPIServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<KubeAPIServer {self.name} {self.version} {state} port={self.port} dir={self.workdir}>"
+
+    # -- internals ----------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
+        return self._ssl
+
+    def _open(self, req: urllib.request.Request, timeout: float):
+        """urlopen, retrying 429s that carry Retry-After as client-go does (up to 10 times):
+        right after a (re)start the apiserver answers 429 "storage is (re)initializing"
+        for a custom resource until its watch cache is filled."""
+        for attempt in range(10):
+            try:
+                return urllib.request.urlopen(req, context=self._ssl_context(), timeout=timeout)
+            except urllib.error.HTTPError as e:
+                retry_after = e.headers.get("Retry-After") if e.code == 429 else None
+                if retry_after is None or attempt == 9:
+                    raise
+                e.close()
+                time.sleep(min(max(float(retry_after), 0.1), 1.0))
+        raise AssertionError("unreachable")
+
+    def _etcd_post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            raise KubeAPIError(f"etcd {path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
+
+    def _start_etcd(self) -> None:
+        assert self.workdir is not None and self._bins is not None
+        client, peer = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{self.etcd_peer_port}"
+        cmd = [
+            str(self._bins / "etcd"), "--name=default", f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}", "--initial-cluster-state=new",
+            "--unsafe-no-fsync", "--log-level=warn",
+        ]  # fmt: skip
+        started = time.monotonic()
+        self._etcd = _Process("etcd", cmd, self.workdir / "etcd.log", self.workdir)
+        deadline = started + ETCD_READY_TIMEOUT
+        last: object = None
+        while True:
+            if not self._etcd.running:
+                code = self._etcd.proc.returncode
+                self._etcd.kill()
+                raise KubeAPIError(f"etcd exited with code {code} while starting "
+                                   f"(client port {self.etcd_port})\n" + self.log_tail())  # fmt: skip
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=2) as resp:
+                    last = json.loads(resp.read())
+                if last.get("health") == "true":
+                    break
+            except (OSError, ValueError) as e:
+                last = e
+            if time.monotonic() > deadline:
+                self._etcd.kill()
+                raise KubeAPIError(f"etcd not healthy after {ETCD_READY_TIMEOUT:.0f} s on {client} "
+                                   f"(last probe: {last!r})\n" + self.log_tail())  # fmt: skip
+            time.sleep(0.05)
+        self.timings["etcd"] = time.monotonic() - started
+
+    def _apiserver_cmd(self) -> list[str]:
+        assert self.workdir is not None and self._bins is not None
+        w = self.workdir
+        return [
+            str(self._bins / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}", f"--cert-dir={w / 'certs'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={w / 'sa.key'}",
+            f"--service-account-signing-key-file={w / 'sa.key'}",
+            f"--token-auth-file={w / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--profiling=false",
+            *([] if self.watch_cache else ["--watch-cache=false"]),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def _start_apiserver(self) -> None:
+        assert self.workdir is not None
+        started = time.monotonic()
+        self._apiserver = _Process("kube-apiserver", self._apiserver_cmd(),
+                                   self.workdir / "apiserver.log", self.workdir)  # fmt: skip
+        deadline = started + self.ready_timeout
+        last: object = None
+        while True:
+            if not self._apiserver.running:
+                code = self._apiserver.proc.returncode
+                self.kill()
+                raise KubeAPIError(f"kube-apiserver {self.version} exited with code {code} while "
+                                   f"starting (port {self.port})\n" + self.log_tail())  # fmt: skip
+            if self.ca_file.is_file():
+                try:
+                    self._ssl = None  # (re)read the CA: the apiserver may have just written it
+                    if self.request("GET", "/readyz", timeout=5) == "ok":
+                        break
+                except (OSError, KubeHTTPError, ssl.SSLError) as e:
+                    last = e
+            if time.monotonic() > deadline:
+                self.kill()
+                raise KubeAPIError(f"kube-apiserver {self.version} not ready after "
+                                   f"{self.ready_timeout:.0f} s on {self.server} (last probe: {last!r})\n"
+                                   + self.log_tail())  # fmt: skip
+            time.sleep(0.1)
+        self.timings["apiserver"] = time.monotonic() - started
+
+
+# Servers still running when the interpreter exits normally (a test run that never
+# reached close()) are killed and their temp dirs deleted. If the interpreter is killed
+# instead, each server process's watchdog does the same.
+_live: set[KubeAPIServer] = set()  # hashable by identity
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for kube in list(_live):
+        try:
+            for proc in (kube._apiserver, kube._etcd):
+                if proc is not None:
+                    proc.kill()
+            if kube.workdir is not None:
+                shutil.rmtree(kube.workdir, ignore_errors=True)
+        except Exception:
+            pass
+
+
+# Run as `python -c _WATCHDOG <pid> <workdir>` with stdin a pipe from the process that
+# started the server. Reading stdin returns when that process closes it: after writing
+# "stopped" (it stopped the server itself: nothing to do) or by dying (then kill the
+# server, if that pid still runs a command line naming our workdir, and delete the dir).
+_WATCHDOG = r"""
+import os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+pid, workdir = int(sys.argv[1]), sys.argv[2]
+if sys.stdin.buffer.read() != b"stopped":
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            ours = workdir.encode() in f.read()
+    except OSError:
+        ours = False
+    if ours:
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
+    shutil.rmtree(workdir, ignore_errors=True)
+"""
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.services.kube_api",
+        description="Real kube-apiserver + etcd (built from the Go module proxy) for tests.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build etcd and kube-apiserver into the cache if needed")
+    run = sub.add_parser("run", help="start one, print its kubeconfig path, Ctrl-C stops")
+    run.add_argument("--name", default="envtest", help="kubeconfig context name (default envtest)")
+    run.add_argument("--no-crds", action="store_true", help="do not apply the framework CRDs")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            if os.environ.get("WORKLOADMAP_NO_KUBE", "") == "1":
+                print("kube: WORKLOADMAP_NO_KUBE=1, not building", file=sys.stderr)
+                return 0
+            folder = build()
+            print(folder, flush=True)
+            return 0
+        # Ctrl-C (even if a parent shell ignored SIGINT) and `kill` both stop the servers.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with KubeAPIServer(name=args.name) as kube:
+            if not args.no_crds:
+                kube.apply_crds([*sorted(CRD_DIR.glob("*.yaml")), WORKLOADMAP_CRD])
+            print(kube.kubeconfig, flush=True)
+            print(f"(kube-apiserver {kube.version} at {kube.server}, etcd at {kube.etcd_url}, "
+                  f"context {kube.name}, files in {kube.workdir}; Ctrl-C stops)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            try:
+                while kube.running:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                return 0
+            print("kube-apiserver exited\n" + kube.log_tail(), file=sys.stderr)
+            return 1
+    except KubeAPIError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
