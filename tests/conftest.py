@@ -23,3 +23,6 @@ def example_objects(name: str) -> dict:
 
 # A real Kafka broker (KRaft, loopback) for the whole session: see tests/services/.
 from tests.services.fixtures import kafka_broker  # noqa: E402, F401
+
+# Real Kubernetes API servers (kube-apiserver + etcd, loopback) for the session: see tests/services/.
+from tests.services.fixtures import kube_cluster, kube_clusters  # noqa: E402, F401
