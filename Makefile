@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean kafka-jars
+.PHONY: demo test bench clean kafka-jars kube-binaries
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,15 @@ demo: $(VENV)/.installed
 kafka-jars: $(VENV)/.installed-test
 	$(BIN)/python -m tests.services.kafka_broker fetch
 
-test: $(VENV)/.installed-test kafka-jars
+# The real Kubernetes API server and etcd, built with Go >= 1.26 from the Go module proxy
+# (cached in ~/.cache/workloadmap and ~/.cache/go-build; ~10 min the first time).
+kube-binaries: $(VENV)/.installed-test
+	$(BIN)/python -m tests.services.kube_api build
+
+test: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python -m pytest
 
-bench: $(VENV)/.installed-test kafka-jars
+bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/resolve_bench.py
 	$(BIN)/python bench/simulate_bench.py
 	$(BIN)/python bench/warehouse_bench.py
