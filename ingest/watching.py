@@ -307,6 +307,7 @@ class ClusterWatcher:
         self._saved = self.checkpoints.load()
         backoff = Backoff()
         last_checkpoint = time.monotonic()
+        announced = False
         while not self.stop.is_set():
             try:
                 served = discover(self.cluster)
@@ -323,7 +324,11 @@ class ClusterWatcher:
             backoff.reset()
             deadline = time.monotonic() + self.rediscover_every
             while not self.stop.is_set() and not self.changed.is_set() and time.monotonic() < deadline:
-                self.stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                self.stop.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+                if not announced and self.synced():
+                    announced = True
+                    log.info("%s: first list done: %d kinds, %d objects", self, len(self.watchers),
+                             sum(len(w.known) for w in self.watchers.values()))
                 if time.monotonic() - last_checkpoint >= self.checkpoint_every:
                     self.checkpoint()
                     last_checkpoint = time.monotonic()

@@ -14,8 +14,10 @@ import uuid
 
 from workloadmap.catalog.registry import bundled_examples
 
+# set by the API server, or by controllers that do not run here (finalizers: nothing would remove them,
+# so a deleted object would stay)
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences",
-                 "selfLink", "deletionTimestamp")
+                 "selfLink", "deletionTimestamp", "finalizers")
 
 
 def example(kind: str, name: str | None = None) -> dict:

@@ -160,3 +160,39 @@ def test_cluster_changes_reach_the_warehouse(kafka_broker, kube_clusters, tmp_pa
     finally:
         watchers.kill()
         p.close()
+
+
+def test_embedded_watchers_write_the_warehouse_without_a_broker(kube_cluster, tmp_path):
+    """`run watchers --embedded`: the same processing in-process into DuckDB, no Kafka."""
+    import duckdb
+
+    ns = k.namespace(kube_cluster, "embedded")
+    k.create(kube_cluster, k.example("MPIJob", "tensorflow-benchmarks"), ns)
+    gone = k.create(kube_cluster, k.example("RayJob", "mnist-train"), ns)
+    db = tmp_path / "embedded.duckdb"
+    log = tmp_path / "watchers.log"
+    proc = subprocess.Popen([*WATCHERS, "--embedded", "--duckdb", str(db), "--cluster",
+                             f"lab={kube_cluster.kubeconfig}", "--checkpoint-dir", str(tmp_path / "cp")],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while "first list done" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.2)
+        k.delete(kube_cluster, gone)
+        time.sleep(7)   # past a checkpoint: the in-process pipeline flushes before each one
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("""SELECT name, status FROM workload_states WHERE namespace = ?
+                          QUALIFY row_number() OVER (PARTITION BY uid ORDER BY seq DESC) = 1 ORDER BY name""",
+                       [ns]).fetchall()
+    con.close()
+    mpijob = catalog_status(k.example("MPIJob", "tensorflow-benchmarks"))
+    assert rows == [("mnist-train", records.DELETED), ("tensorflow-benchmarks", mpijob)]
+    assert "lab" in log.read_text()
+
+
+def catalog_status(obj: dict) -> str:
+    return Catalog.builtin().resolve(obj).status
