@@ -82,6 +82,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -226,9 +227,19 @@ def _run_build(go: str, target: Path, say) -> None:
            "./cmd/etcd", "./cmd/kube-apiserver"]  # fmt: skip
     say(f"kube: building etcd and kube-apiserver {version} into {target} "
         f"(cold: ~10 min on 2 cores; GOMODCACHE={GOMODCACHE})")  # fmt: skip
-    started = last = time.monotonic()
-    packages = downloads = 0
+    started = time.monotonic()
+    counts = {"modules downloaded": 0, "packages compiled": 0}
     tail: list[str] = []
+    done = threading.Event()
+
+    def tick() -> None:  # a line every 30 s, also while the linker runs silently
+        while not done.wait(30):
+            say(f"kube: {time.monotonic() - started:4.0f} s: "
+                + ", ".join(f"{n} {what}" for what, n in counts.items())
+                + (f" (last: {tail[-1].strip()[:70]})" if tail else ""))  # fmt: skip
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
     try:
         proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -237,14 +248,9 @@ def _run_build(go: str, target: Path, say) -> None:
             line = line.rstrip("\n")
             tail = [*tail[-59:], line]
             if line.startswith("go: downloading"):
-                downloads += 1
-            elif line and not line.startswith(("#", " ", "\t")):
-                packages += 1
-            now = time.monotonic()
-            if now - last >= 30:
-                last = now
-                say(f"kube: {now - started:4.0f} s: {downloads} modules downloaded, "
-                    f"{packages} packages compiled (last: {line.strip()[:80]})")  # fmt: skip
+                counts["modules downloaded"] += 1
+            elif line and not line.startswith(("#", " ", "\t", "go: ")):
+                counts["packages compiled"] += 1
         code = proc.wait()
         built = all(os.access(staging / name, os.X_OK) for name in BINARIES)
         if code != 0 or not built:
@@ -257,9 +263,10 @@ def _run_build(go: str, target: Path, say) -> None:
         for name in BINARIES:
             os.replace(staging / name, target / name)
         (target / _STAMP).write_text(_sources_hash() + "\n")
-        say(f"kube: built in {time.monotonic() - started:.0f} s "
-            f"({downloads} modules downloaded, {packages} packages compiled)")  # fmt: skip
+        say(f"kube: built in {time.monotonic() - started:.0f} s ("
+            + ", ".join(f"{n} {what}" for what, n in counts.items()) + ")")
     finally:
+        done.set()
         shutil.rmtree(staging, ignore_errors=True)
 
 
