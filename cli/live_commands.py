@@ -76,9 +76,8 @@ def inspecting(kubeconfig, context, catalog: Catalog):
         fail(str(exc))
     try:
         yield inspector
-    except (AccessError, NotFoundError, AmbiguousNameError, AmbiguousTypeError, ClusterConfigError) as exc:
-        fail(str(exc))
-    except (UnknownKindError, ResolveError) as exc:
+    except (AccessError, NotFoundError, AmbiguousNameError, AmbiguousTypeError, ClusterConfigError,
+            UnknownKindError, ResolveError) as exc:
         fail(str(exc))
     finally:
         inspector.close()

@@ -452,7 +452,7 @@ class Inspector:
             meta = pod.get("metadata") or {}
             ancestors, complete = owners.ancestors(pod)
             mine = [uid for uid in ancestors if uid in by_uid]
-            if not mine and not complete or not mine and not meta.get("ownerReferences"):
+            if not mine and (not complete or not meta.get("ownerReferences")):
                 labels = meta.get("labels") or {}
                 mine = sorted({uid for key, value in labels.items()
                                for uid in by_label.get((meta.get("namespace"), key, value), [])})

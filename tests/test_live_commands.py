@@ -21,12 +21,11 @@ import yaml
 from click.testing import CliRunner
 
 from tests.conftest import example_objects
-from workloadmap.catalog import Catalog
-from workloadmap.catalog.definitions import GVK
+from workloadmap.catalog import Catalog, load_definition
 from workloadmap.catalog.pods import PodMembership
 from workloadmap.cli import rendering
 from workloadmap.cli.main import cli
-from workloadmap.ingest.authorizing import DENIED_KINDS, guess_plural, reader_rbac, role_rules
+from workloadmap.ingest.authorizing import DENIED_KINDS, guess_plural, role_rules
 from workloadmap.ingest.discovering import (AmbiguousTypeError, ServedResource, ServedResources,
                                             resolve_type)
 from workloadmap.ingest.inspecting import Inspector, label_keys, live_view, pod_info
@@ -141,16 +140,14 @@ def test_type_names_are_lenient():
         resolve_type("jobsett", catalog, served)
     with pytest.raises(LookupError, match="ConfigMap"):
         resolve_type("cm", catalog, served)
-    two = ServedResources(served.resources + [ServedResource("example.com", "v1", "JobSet", "jobsets")])
-    catalog_two = Catalog.builtin()
+    # the same plural in two groups, both catalog kinds: ambiguous, the qualified names are listed
     doc = yaml.safe_load((ROOT / "catalog" / "builtin" / "jobset.yaml").read_text())
     doc["metadata"]["name"] = "other-jobset"
-    doc["spec"]["structureDefinition"]["rootComponent"]["kind"]["group"] = "example.com"
-    doc["spec"]["structureDefinition"]["rootComponent"]["kind"]["version"] = "v1"
-    from workloadmap.catalog import load_definition
+    doc["spec"]["structureDefinition"]["rootComponent"]["kind"].update(group="example.com", version="v1")
+    catalog_two = Catalog.builtin()
     catalog_two.add(load_definition(doc, "file", "test"))
-    two = ServedResources([ServedResource(r.group, r.version, r.kind, r.plural, r.singular, r.namespaced,
-                                          r.short_names, ("get", "list", "watch")) for r in two.resources])
+    two = ServedResources(served.resources + [ServedResource("example.com", "v1", "JobSet", "jobsets", "jobset",
+                                                             True, (), ("get", "list", "watch"))])
     with pytest.raises(AmbiguousTypeError, match="jobsets.example.com, jobsets.jobset.x-k8s.io"):
         resolve_type("jobsets", catalog_two, two)
 
@@ -647,4 +644,3 @@ def test_library_returns_what_the_commands_print(live):
         detail = inspector.describe("llama-pretrain", NS_A)
         assert json.loads(json.dumps(detail)) == detail
         assert [p["name"] for p in detail["livePods"]][:2] == ["llama-pretrain-driver-0-0", "llama-pretrain-workers-0-0"]
-    assert GVK("", "v1", "Pod")  # the catalog kinds include Pod
