@@ -52,8 +52,11 @@ def deep_size(tracked: dict) -> int:
 
 
 def create_objects(kube: KubeAPIServer, n: int, namespaces: int) -> float:
+    """Create the objects over kept-alive connections (a TLS handshake per request would dominate)."""
     from tests import kube_objects as k
+    from workloadmap.ingest.clusters import ClusterSpec, connect
 
+    cluster = connect(ClusterSpec.parse(f"bench={kube.kubeconfig}"))
     template = k.example("PyTorchJob", "mnist-ddp")
     template.pop("status", None)
     for key in k.SERVER_FIELDS:
@@ -66,13 +69,14 @@ def create_objects(kube: KubeAPIServer, n: int, namespaces: int) -> float:
         body = copy.deepcopy(template)
         ns = names[i % namespaces]
         body["metadata"].update(name=f"job-{i:06d}", namespace=ns)
-        kube.request("POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body)
+        cluster.request("POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body)
 
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for done, _ in enumerate(pool.map(create, range(n)), 1):
             if done % 5000 == 0:
                 print(f"created {done}/{n} objects", file=sys.stderr)
+    cluster.close()
     return time.perf_counter() - t0
 
 
