@@ -40,6 +40,7 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/warehouse_bench.py
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/analytics_bench.py
+	$(BIN)/python bench/watch_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
