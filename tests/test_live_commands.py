@@ -501,8 +501,11 @@ def test_tree_finds_bare_names_and_reports_ambiguity(live):
     assert "deployments.apps/twin" in twin.stderr and "statefulsets.apps/twin" in twin.stderr
     assert len(twin.stderr.strip().splitlines()) == 1
     assert run("tree", "sts/twin", "-n", NS_A, "--kubeconfig", live["kubeconfig"]).exit_code == 0
-    everywhere = run("tree", "mig-inorder-eval", "-A", "--kubeconfig", live["kubeconfig"], "-o", "json")
-    assert json.loads(everywhere.stdout)["items"][0]["namespace"] == NS_B
+    # -A: a name only this module uses (other tests create the bundled examples, by their names,
+    # in namespaces of their own on the same session server)
+    everywhere = run("tree", "owned-twin", "-A", "--kubeconfig", live["kubeconfig"], "-o", "json")
+    assert everywhere.exit_code == 0, everywhere.stderr
+    assert json.loads(everywhere.stdout)["items"][0]["namespace"] == NS_A
     missing = run("tree", "no-such-workload", "-n", NS_A, "--kubeconfig", live["kubeconfig"])
     assert missing.exit_code == 1 and "no workload named 'no-such-workload'" in missing.stderr
 
