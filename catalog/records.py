@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 
+import orjson
+
 RAW_TOPIC = "workloadmap.raw.v1"
 WORKLOADS_TOPIC = "workloadmap.workloads.v1"
 TRANSITIONS_TOPIC = "workloadmap.transitions.v1"
@@ -76,8 +78,23 @@ def raw_event(cluster: str, event_type: str, obj: dict, observed_at: str | None 
     return {"cluster": cluster, "type": event_type, "observedAt": observed_at or now_iso(), "object": strip_object(obj)}
 
 
-def encode(value: dict) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+def encode(value) -> bytes:
+    """Compact UTF-8 JSON.  orjson does it ~10x faster than the standard library (records
+    are encoded once per event on the pipeline's hot path); what orjson refuses (integers
+    beyond 64 bits, non-string keys) goes through the standard library."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:   # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode(data: bytes | str):
+    """Parse JSON: orjson first (fast), the standard library when orjson refuses, so what
+    counts as malformed (ValueError) is exactly what the standard library rejects."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 @dataclass

@@ -32,6 +32,8 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3 import Timeout
 from urllib3.exceptions import HTTPError as TransportError
 
+from workloadmap.catalog import records
+
 IN_CLUSTER = "in-cluster"
 POOL_SIZE = 64
 
@@ -163,7 +165,7 @@ class Cluster:
             accept: str = "application/json") -> dict:
         response = self._call("GET", path, params, timeout=timeout, accept=accept)
         try:
-            return json.loads(response.data)
+            return records.decode(response.data)
         finally:
             response.release_conn()
 
@@ -171,7 +173,7 @@ class Cluster:
                 timeout: float = 60.0) -> dict:
         response = self._call(method, path, params, body=body, timeout=timeout)
         try:
-            return json.loads(response.data)
+            return records.decode(response.data)
         finally:
             response.release_conn()
 

@@ -38,7 +38,6 @@ Why each piece is there:
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import sys
@@ -218,7 +217,7 @@ class KindWatcher:
             if self.stop.is_set():
                 return
             try:
-                event = json.loads(line)
+                event = records.decode(line)
                 kind, obj = event["type"], event["object"]
             except (ValueError, KeyError, TypeError):
                 raise ApiError(0, "BadWatchEvent", f"not a watch event: {line[:200]!r}", self.resource.path()) from None

@@ -23,7 +23,6 @@ Several workers split the raw topic's partitions, and the state with them.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from dataclasses import dataclass, field
 
@@ -103,7 +102,7 @@ class PartitionStates:
             while remaining:
                 for tp, messages in consumer.poll(timeout_ms=1000).items():
                     for m in messages:
-                        record = json.loads(m.value)
+                        record = records.decode(m.value)
                         states[tp.partition][m.key.decode()] = summary_of(record)
                 remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
         finally:

@@ -26,7 +26,6 @@ Deletion ends a workload: its last record has ``deleted: true`` and status
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from workloadmap.catalog import Catalog, DefinitionError, ResolveError, Resolver, UnknownKindError
@@ -86,7 +85,7 @@ class Rejected(Exception):
 
 def _parse(value: bytes) -> dict:
     try:
-        event = json.loads(value)
+        event = records.decode(value)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise Rejected(records.MALFORMED_JSON, f"not JSON: {exc}") from None
     if not isinstance(event, dict):

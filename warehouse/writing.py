@@ -566,7 +566,7 @@ class KafkaWarehouseWriter:
             key = (m.topic, m.partition)
             offsets[key] = max(offsets.get(key, 0), m.offset + 1)
             try:
-                value = json.loads(m.value) if m.value is not None else None
+                value = records.decode(m.value) if m.value is not None else None
                 if m.topic == self.transitions_topic:
                     transitions.append(check_transition(value))
                 else:
