@@ -46,6 +46,15 @@ def _messages(n: int, seed: int):
     return out
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one when pid is None)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Run:
     def __init__(self, broker, tmp: Path, tag: str):
         self.broker = broker
@@ -107,6 +116,9 @@ def main():
     parser.add_argument("--events", type=int, default=30000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=10000,
+                        help="Events (other objects) run through the pipeline first: a production broker and "
+                             "worker are warm (JIT, connections, group membership).")
     args = parser.parse_args()
     messages = _messages(args.events + args.rate * args.seconds, seed=5)
     sustained_msgs, latency_msgs = messages[:args.events], messages[args.events:]
@@ -115,6 +127,14 @@ def main():
         run = Run(broker, tmp, uuid.uuid4().hex[:6])
         run.start()
         try:
+            if args.warmup:
+                warmup = _messages(args.warmup, seed=6)
+                with KafkaPublisher(broker.bootstrap_servers, topic=f"raw-{run.tag}") as publisher:
+                    for key, value, _, _ in warmup:
+                        publisher.publish_raw(key, value)
+                run.wait([(uid, rv) for _, _, uid, rv in warmup])
+            pids = {"processor": run.proc.pid, "broker": broker._proc.pid, "publisher_and_writer": None}
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             started = time.time()
             with KafkaPublisher(broker.bootstrap_servers, topic=f"raw-{run.tag}") as publisher:
                 for key, value, _, _ in sustained_msgs:
@@ -124,6 +144,8 @@ def main():
             keys = [(uid, rv) for _, _, uid, rv in sustained_msgs]
             run.wait(keys)
             sustained = len(keys) / (max(run.visible[k] for k in keys) - started)
+            cpu_ms = {name: round((cpu_seconds(pid) - cpu_before[name]) * 1000 / len(keys), 3)
+                      for name, pid in pids.items()}
 
             sent: dict[tuple[str, str], float] = {}
             with KafkaPublisher(broker.bootstrap_servers, topic=f"raw-{run.tag}", linger_ms=0) as publisher:
@@ -147,9 +169,11 @@ def main():
     print(json.dumps({
         "benchmark": "pipeline publish-to-duckdb",
         "processor_workers": 1,
+        "warmup_events": args.warmup,
         "events": len(sustained_msgs),
         "publish_seconds": round(published - started, 2),
         "sustained_events_per_second": round(sustained),
+        "sustained_cpu_ms_per_event": cpu_ms,
         "latency_rate_events_per_second": args.rate,
         "latency_events": len(latencies),
         "latency_p50_seconds": pct(0.50),
