@@ -36,7 +36,6 @@ registered and unfenced.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import hashlib
 import os
@@ -52,6 +51,8 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tests.services.processes import ServerProcess, free_ports, log_tails, make_workdir, remove_workdir, tail
 
 HERE = Path(__file__).resolve().parent / "kafka"
 POM = HERE / "pom.xml"
@@ -147,7 +148,7 @@ def ensure_jars() -> Path:
         if res.returncode != 0 or not any(n.startswith("kafka_2.13-") for n in jars):
             raise KafkaBrokerError(
                 f"fetching Kafka jars failed (exit {res.returncode}): {' '.join(cmd)}\n"
-                + _tail(res.stdout + res.stderr, 40)
+                + tail(res.stdout + res.stderr, 40)
             )
         (staging / _MARKER).write_text(_marker_text(jars))
         if libs_dir.exists():  # incomplete or stale: replace it
@@ -165,30 +166,12 @@ def ensure_jars() -> Path:
 # --------------------------------------------------------------------------- broker
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _random_cluster_id() -> str:
     """A Kafka Uuid string: 16 random bytes, base64url without padding (22 chars).
 
     It may start with "-": pass it as ``--cluster-id=<id>``, never as a separate argument.
     """
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _tail(text: str, lines: int) -> str:
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _kafka_string(s: str) -> bytes:
@@ -265,8 +248,7 @@ class KafkaBroker:
         self.port: int | None = None
         self.controller_port: int | None = None
         self.workdir: Path | None = None
-        self._proc: subprocess.Popen | None = None
-        self._watchdog: subprocess.Popen | None = None
+        self._proc: ServerProcess | None = None
         self._formatted = False
 
     # -- public API ---------------------------------------------------------------
@@ -279,7 +261,7 @@ class KafkaBroker:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.running
 
     def start(self) -> KafkaBroker:
         """Start the broker (first call: also set up dir, ports, format) and wait for it."""
@@ -289,11 +271,11 @@ class KafkaBroker:
         if self.workdir is None:
             _check_java(java)
             libs = ensure_jars()
-            self.workdir = Path(tempfile.mkdtemp(prefix="workloadmap-kafka-"))
+            self.workdir = make_workdir("workloadmap-kafka-")
             # Rarely another process grabs a picked port before the JVM binds it:
             # on the first start only, retry with fresh ports.
             for attempt in range(3):
-                self.port, self.controller_port = _free_ports(2)
+                self.port, self.controller_port = free_ports(2)
                 self._write_properties()
                 if not self._formatted:
                     self._format(java, libs)
@@ -309,29 +291,15 @@ class KafkaBroker:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Controlled shutdown: SIGTERM, wait up to ``timeout`` s, then SIGKILL."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._proc = None
-        self._dismiss_watchdog()
+        if self._proc is not None:
+            self._proc.stop(timeout)
+            self._proc = None
 
     def kill(self) -> None:
         """SIGKILL the JVM (no clean shutdown), for crash tests; ``restart()`` recovers."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        self._proc = None
-        self._dismiss_watchdog()
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc = None
 
     def restart(self) -> KafkaBroker:
         """Stop (if running) and start again on the same ports and log dir."""
@@ -343,23 +311,16 @@ class KafkaBroker:
     def close(self) -> None:
         """Stop the broker and delete its temp dir (data and logs)."""
         self.stop()
-        _live.discard(self)
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_workdir(self.workdir)
             self.workdir = None
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the broker's log and of the JVM's own stdout/stderr."""
         if self.workdir is None:
             return ""
-        parts = []
-        for name in ("server.log", "stdout.log"):
-            path = self.workdir / name
-            if path.is_file():
-                text = path.read_text(errors="replace")
-                if text.strip():
-                    parts.append(f"--- {path} (last {lines} lines)\n{_tail(text, lines)}")
-        return "\n".join(parts) or f"(no broker output in {self.workdir})"
+        tails = log_tails(self.workdir, ("server.log", "stdout.log"), lines)
+        return tails or f"(no broker output in {self.workdir})"
 
     def __enter__(self) -> KafkaBroker:
         try:
@@ -432,57 +393,27 @@ class KafkaBroker:
         if res.returncode != 0:
             raise KafkaBrokerError(
                 f"formatting the Kafka log dir failed (exit {res.returncode}): {' '.join(cmd)}\n"
-                + _tail(res.stdout + res.stderr, 40)
+                + tail(res.stdout + res.stderr, 40)
             )
         self._formatted = True
 
     def _launch(self, java: str, libs: Path) -> None:
         assert self.workdir is not None
         cmd = self._java_cmd(java, libs, "kafka.Kafka", str(self.workdir / "server.properties"))
-        with open(self.workdir / "stdout.log", "ab") as out:
-            # own session: a terminal's Ctrl-C reaches Python, which then stops the JVM
-            self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        _live.add(self)
-        self._start_watchdog()
+        # -Dkafka.logs.dir names the workdir: the watchdog recognizes the JVM by it
+        self._proc = ServerProcess("kafka", cmd, self.workdir / "stdout.log", self.workdir)
         try:
             self._wait_ready()
         except BaseException:
             self.kill()
             raise
 
-    def _start_watchdog(self) -> None:
-        """A tiny Python process that SIGKILLs the JVM (and deletes the temp dir) if this
-        process dies without stopping it: SIGKILL, `timeout`, a crashed test run."""
-        assert self._proc is not None and self.workdir is not None
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(self._proc.pid), str(self.workdir)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-
-    def _dismiss_watchdog(self) -> None:
-        """The JVM is gone: tell the watchdog to exit without doing anything."""
-        dog, self._watchdog = self._watchdog, None
-        if dog is None:
-            return
-        try:
-            assert dog.stdin is not None
-            dog.stdin.write(b"stopped")
-            dog.stdin.close()
-            dog.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
-            dog.kill()
-            dog.wait()
-
     def _wait_ready(self) -> None:
         assert self._proc is not None and self.port is not None
         deadline = time.monotonic() + self.ready_timeout
         last_error: Exception | None = None
         while True:
-            code = self._proc.poll()
+            code = self._proc.proc.poll()
             if code is not None:
                 raise KafkaBrokerError(
                     f"Kafka {self.version} broker exited with code {code} while starting "
@@ -505,49 +436,6 @@ class KafkaBroker:
                     f"on {self.bootstrap_servers} (last probe: {last_error!r})\n" + self.log_tail()
                 )
             time.sleep(0.2)
-
-
-# Brokers still running when the interpreter exits normally (a test run that never
-# reached close()) are killed and their temp dirs deleted. If the interpreter is killed
-# instead, each broker's watchdog does the same.
-_live: set[KafkaBroker] = set()  # KafkaBroker is hashable by identity
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for broker in list(_live):
-        try:
-            broker.kill()
-            if broker.workdir is not None:
-                shutil.rmtree(broker.workdir, ignore_errors=True)
-        except Exception:
-            pass
-
-
-# Run as `python -c _WATCHDOG <jvm pid> <workdir>` with stdin a pipe from the process
-# that started the JVM. Reading stdin returns when that process closes it: after
-# writing "stopped" (it stopped the JVM itself: nothing to do) or by dying (then kill
-# the JVM, if that pid still runs our command line, and delete the temp dir).
-_WATCHDOG = r"""
-import os, shutil, signal, sys, time
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-pid, workdir = int(sys.argv[1]), sys.argv[2]
-if sys.stdin.buffer.read() != b"stopped":
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            ours = workdir.encode() in f.read()
-    except OSError:
-        ours = False
-    if ours:
-        os.kill(pid, signal.SIGKILL)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
-    shutil.rmtree(workdir, ignore_errors=True)
-"""
 
 
 # --------------------------------------------------------------------------- CLI

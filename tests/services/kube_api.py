@@ -67,7 +67,6 @@ Watch cache, compaction and 410 Gone (measured on v1.36.3; tests/test_kube_api.p
 
 from __future__ import annotations
 
-import atexit
 import base64
 import fcntl
 import hashlib
@@ -89,6 +88,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
+
+from tests.services.processes import ServerProcess, free_ports, log_tails, make_workdir, remove_workdir
 
 HERE = Path(__file__).resolve().parent / "kube"
 GO_MOD = HERE / "go.mod"
@@ -273,24 +274,6 @@ def _run_build(go: str, target: Path, say) -> None:
 # --------------------------------------------------------------------------- helpers
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _tail(text: str, lines: int) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _rsa_key(path: Path) -> None:
     """One RSA private key (PEM): signs service-account tokens and verifies them."""
     openssl = shutil.which("openssl")
@@ -338,57 +321,6 @@ def write_kubeconfig(path: str | os.PathLike, entries: Iterable[tuple[str, str, 
     return path
 
 
-class _Process:
-    """One server process in its own session, its log file, and its watchdog."""
-
-    def __init__(self, label: str, cmd: list[str], log: Path, workdir: Path):
-        self.label = label
-        self.log = log
-        with open(log, "ab") as out:
-            # own session: a terminal's Ctrl-C reaches Python, which then stops the server
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        self.watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(self.proc.pid), str(workdir)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait()
-        self._dismiss_watchdog()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._dismiss_watchdog()
-
-    def _dismiss_watchdog(self) -> None:
-        """The server is gone: tell the watchdog to exit without doing anything."""
-        dog = self.watchdog
-        if dog.poll() is not None:
-            return
-        try:
-            assert dog.stdin is not None
-            dog.stdin.write(b"stopped")
-            dog.stdin.close()
-            dog.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
-            dog.kill()
-            dog.wait()
-
-
 # --------------------------------------------------------------------------- server
 
 
@@ -421,8 +353,8 @@ class KubeAPIServer:
         self.etcd_peer_port: int | None = None
         self.timings: dict[str, float] = {}
         self._bins: Path | None = None
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
+        self._etcd: ServerProcess | None = None
+        self._apiserver: ServerProcess | None = None
         self._ssl: ssl.SSLContext | None = None
 
     # -- public API ---------------------------------------------------------------
@@ -462,14 +394,13 @@ class KubeAPIServer:
             return self
         if self.workdir is None:
             self._bins = build()
-            self.workdir = Path(tempfile.mkdtemp(prefix="workloadmap-kube-"))
-            _live.add(self)
+            self.workdir = make_workdir("workloadmap-kube-")
             (self.workdir / "certs").mkdir()
             _rsa_key(self.workdir / "sa.key")
             (self.workdir / "tokens.csv").write_text(
                 f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
             )
-            self.etcd_port, self.etcd_peer_port, self.port = _free_ports(3)
+            self.etcd_port, self.etcd_peer_port, self.port = free_ports(3)
         if self._etcd is None or not self._etcd.running:
             self._start_etcd()
         self._start_apiserver()
@@ -488,7 +419,7 @@ class KubeAPIServer:
         if self.workdir is None:
             return self.start()
         if self._apiserver is not None:
-            self._apiserver.stop()
+            self._apiserver.stop(STOP_TIMEOUT)
             self._apiserver = None
         return self.start()
 
@@ -497,29 +428,22 @@ class KubeAPIServer:
         for attr in ("_apiserver", "_etcd"):
             proc = getattr(self, attr)
             if proc is not None:
-                proc.stop()
+                proc.stop(STOP_TIMEOUT)
                 setattr(self, attr, None)
 
     def close(self) -> None:
         """Stop both servers and delete the temp dir (data, certs, logs, kubeconfig)."""
         self.stop()
-        _live.discard(self)
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_workdir(self.workdir)
             self.workdir = None
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the apiserver's and etcd's logs."""
         if self.workdir is None:
             return ""
-        parts = []
-        for log in ("apiserver.log", "etcd.log"):
-            path = self.workdir / log
-            if path.is_file():
-                text = path.read_text(errors="replace")
-                if text.strip():
-                    parts.append(f"--- {path} (last {lines} lines)\n{_tail(text, lines)}")
-        return "\n".join(parts) or f"(no server output in {self.workdir})"
+        tails = log_tails(self.workdir, ("apiserver.log", "etcd.log"), lines)
+        return tails or f"(no server output in {self.workdir})"
 
     def kubeconfig_entry(self, token: str | None = None, context: str | None = None) -> tuple:
         """``(context, server, ca_pem, token)`` for ``write_kubeconfig`` (default: admin)."""
@@ -743,7 +667,7 @@ class KubeAPIServer:
             "--unsafe-no-fsync", "--log-level=warn",
         ]  # fmt: skip
         started = time.monotonic()
-        self._etcd = _Process("etcd", cmd, self.workdir / "etcd.log", self.workdir)
+        self._etcd = ServerProcess("etcd", cmd, self.workdir / "etcd.log", self.workdir)
         deadline = started + ETCD_READY_TIMEOUT
         last: object = None
         while True:
@@ -794,8 +718,8 @@ class KubeAPIServer:
     def _start_apiserver(self) -> None:
         assert self.workdir is not None
         started = time.monotonic()
-        self._apiserver = _Process("kube-apiserver", self._apiserver_cmd(),
-                                   self.workdir / "apiserver.log", self.workdir)  # fmt: skip
+        self._apiserver = ServerProcess("kube-apiserver", self._apiserver_cmd(),
+                                        self.workdir / "apiserver.log", self.workdir)  # fmt: skip
         deadline = started + self.ready_timeout
         last: object = None
         while True:
@@ -818,51 +742,6 @@ class KubeAPIServer:
                                    + self.log_tail())  # fmt: skip
             time.sleep(0.1)
         self.timings["apiserver"] = time.monotonic() - started
-
-
-# Servers still running when the interpreter exits normally (a test run that never
-# reached close()) are killed and their temp dirs deleted. If the interpreter is killed
-# instead, each server process's watchdog does the same.
-_live: set[KubeAPIServer] = set()  # hashable by identity
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for kube in list(_live):
-        try:
-            for proc in (kube._apiserver, kube._etcd):
-                if proc is not None:
-                    proc.kill()
-            if kube.workdir is not None:
-                shutil.rmtree(kube.workdir, ignore_errors=True)
-        except Exception:
-            pass
-
-
-# Run as `python -c _WATCHDOG <pid> <workdir>` with stdin a pipe from the process that
-# started the server. Reading stdin returns when that process closes it: after writing
-# "stopped" (it stopped the server itself: nothing to do) or by dying (then kill the
-# server, if that pid still runs a command line naming our workdir, and delete the dir).
-_WATCHDOG = r"""
-import os, shutil, signal, sys, time
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-pid, workdir = int(sys.argv[1]), sys.argv[2]
-if sys.stdin.buffer.read() != b"stopped":
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            ours = workdir.encode() in f.read()
-    except OSError:
-        ours = False
-    if ours:
-        os.kill(pid, signal.SIGKILL)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
-    shutil.rmtree(workdir, ignore_errors=True)
-"""
 
 
 # --------------------------------------------------------------------------- CLI
