@@ -17,7 +17,8 @@ Why each piece is there:
 - Memory per object is a uid and three short strings (``Tracked``), never
   the object: a cluster with many workloads costs little.
 - API errors (and an unreachable server) back off exponentially with jitter
-  and retry; a kind the cluster stops serving (its CRD deleted) is relisted
+  and retry (after three failures in a row, with a fresh list: a version the
+  server keeps refusing must not block the kind); a kind the cluster stops serving (its CRD deleted) is relisted
   as empty, so its objects are published as DELETED, and its watcher ends.
 - Definitions applied to the cluster (WorkloadMap objects) are watched first
   and published like any object (the processors build each cluster's
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 DEFINITION_GROUP, DEFINITION_KIND = "workloadmap.io", "WorkloadMap"
 NEVER_WATCHED = {("", "Secret"), ("", "ConfigMap")}
+RELIST_AFTER = 3    # consecutive failed requests after which a watcher relists
 
 Publish = Callable[[dict], None]
 
@@ -128,11 +130,18 @@ class KindWatcher:
                     continue
                 self.counts["errors"] += 1
                 self._log_error(exc)
-                self.backoff.wait(self.stop)
+                self._after_error()
             except Exception:  # a bug must not end the watch silently
                 self.counts["errors"] += 1
                 log.exception("%s: unexpected error; retrying", self)
-                self.backoff.wait(self.stop)
+                self._after_error()
+
+    def _after_error(self) -> None:
+        """Back off; after RELIST_AFTER failures in a row, start over with a list: a
+        resourceVersion the server keeps refusing (not with 410) must not block the kind."""
+        self.backoff.wait(self.stop)
+        if self.backoff.attempts >= RELIST_AFTER:
+            self.resource_version = None
 
     def _log_error(self, exc: ApiError) -> None:
         if exc.status in (401, 403):

@@ -327,3 +327,31 @@ def test_examples_used_here_resolve(catalog):
     for kind in ("PyTorchJob", "JobSet", "Deployment", "RayCluster", "MPIJob", "LeaderWorkerSet", "NIMService"):
         catalog.resolve(copy.deepcopy(k.example(kind)))
     assert bundled_examples()
+
+
+def test_repeated_watch_failures_end_in_a_relist():
+    """A resourceVersion the server keeps refusing with an error other than 410 (seen: a 500 from
+    etcd) must not block the kind forever: after three failures in a row the watcher relists."""
+    from workloadmap.ingest.discovering import ServedResource
+
+    class Refusing:
+        id = "fake"
+
+        def __init__(self):
+            self.lists = 0
+
+        def list_pages(self, path, chunk_size):
+            self.lists += 1
+            if self.lists >= 2:
+                stop.set()
+            return [{"metadata": {"resourceVersion": "7"}, "items": []}]
+
+        def watch(self, path, params, timeout):
+            raise ApiError(500, "InternalError", "etcd event received with PrevKv=nil", path)
+
+    stop = threading.Event()
+    cluster = Refusing()
+    watcher = KindWatcher(cluster, ServedResource("ray.io", "v1", "RayJob", "rayjobs"), Recorder().publish, stop,
+                          backoff=Backoff(0.001, 0.002))
+    watcher.run()
+    assert cluster.lists == 2 and watcher.counts["errors"] == 3
