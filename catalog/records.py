@@ -14,7 +14,9 @@ in README.md and checked by tests).
   name, kind, uid, framework, definition, from, to, at, gpus,
   previousDurationSeconds}``;
 - dead letter (``workloadmap.deadletter.v1``): the original bytes (base64),
-  the stage and a reason.
+  the stage and a reason;
+- cluster definition (``workloadmap.definitions.v1``, compacted), key
+  ``cluster/name``: the WorkloadMap object a cluster applied, null once deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ RAW_TOPIC = "workloadmap.raw.v1"
 WORKLOADS_TOPIC = "workloadmap.workloads.v1"
 TRANSITIONS_TOPIC = "workloadmap.transitions.v1"
 DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
+# Definitions applied to clusters, as the processors accepted them: key cluster/name, value the
+# WorkloadMap object (a tombstone when deleted); compacted, read in full by every processor worker.
+DEFINITIONS_TOPIC = "workloadmap.definitions.v1"
 
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 # The status a workload ends in when its object is deleted: it holds nothing

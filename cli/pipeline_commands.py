@@ -30,6 +30,11 @@ def ensure_topics(settings: Settings) -> None:
         existing = set(admin.list_topics())
         wanted = [settings.raw_topic, settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic]
         missing = [NewTopic(t, settings.partitions, 1) for t in wanted if t not in existing]
+        if settings.definitions_topic not in existing:
+            # as many partitions as the raw topic: a worker publishes a definition in the
+            # transaction of the raw partition it came from (same partition number)
+            missing.append(NewTopic(settings.definitions_topic, settings.partitions, 1,
+                                    topic_configs={"cleanup.policy": "compact"}))
         if missing:
             try:
                 admin.create_topics(missing)
@@ -59,7 +64,7 @@ def run_processors(**options):
         bootstrap_servers=settings.bootstrap_servers, app_id=f"{settings.client_id}-processors",
         raw_topic=settings.raw_topic, workloads_topic=settings.workloads_topic,
         transitions_topic=settings.transitions_topic, deadletter_topic=settings.deadletter_topic,
-        partitions=settings.partitions, security=settings.security(),
+        definitions_topic=settings.definitions_topic, partitions=settings.partitions, security=settings.security(),
     ))
     quiet_kafka_logs()  # else every send formats a debug record (~10% of the worker's CPU)
     # faust's worker handles SIGTERM/SIGINT itself: it stops the agents, commits the open

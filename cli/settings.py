@@ -27,6 +27,7 @@ class Settings:
     workloads_topic: str = records.WORKLOADS_TOPIC
     transitions_topic: str = records.TRANSITIONS_TOPIC
     deadletter_topic: str = records.DEADLETTER_TOPIC
+    definitions_topic: str = records.DEFINITIONS_TOPIC
     duckdb: str = "workloadmap.duckdb"
     client_id: str = "workloadmap"
     partitions: int = 3

@@ -18,11 +18,14 @@ table's changelog buffer, so a killed worker could leave offsets committed
 and their state changes lost.)
 
 Several workers split the raw topic's partitions, and the state with them.
+Definitions applied to clusters are the exception: every worker needs all of
+them (see ClusterDefinitions).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import ssl
 from dataclasses import dataclass, field
 
@@ -41,6 +44,7 @@ class Settings:
     workloads_topic: str = records.WORKLOADS_TOPIC
     transitions_topic: str = records.TRANSITIONS_TOPIC
     deadletter_topic: str = records.DEADLETTER_TOPIC
+    definitions_topic: str = records.DEFINITIONS_TOPIC
     partitions: int = 3
     replication_factor: int = 1
     exactly_once: bool = True
@@ -110,6 +114,55 @@ class PartitionStates:
         self.by_partition.update(states)
 
 
+class ClusterDefinitions:
+    """Every worker's copy of the definitions clusters applied: the whole definitions topic.
+
+    A WorkloadMap raw event lands in one raw partition, so only the worker owning it
+    sees it; that worker applies it and also publishes it to the (compacted) definitions
+    topic in the same transaction.  Every worker reads that topic in full, committed
+    messages only: at each partition assignment before processing (so a restarted worker
+    knows every definition again) and every few seconds (so the other workers learn it).
+    Newest resourceVersion wins (Processor.apply_definition), so the order in which
+    partitions are read does not matter.
+    """
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._consumer = None
+
+    def read_new(self) -> list[dict]:
+        """The events published since the last call (blocking: run it in an executor)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        if self._consumer is None:
+            consumer = KafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, enable_auto_commit=False,
+                                     isolation_level="read_committed", auto_offset_reset="earliest",
+                                     client_id=f"{self.settings.app_id}-definitions",
+                                     **_kafka_python_security(self.settings.security))
+            partitions = consumer.partitions_for_topic(self.settings.definitions_topic)
+            if not partitions:
+                consumer.topics()   # a fresh consumer may not have fetched metadata yet: fetch it now
+                partitions = consumer.partitions_for_topic(self.settings.definitions_topic)
+            if not partitions:  # no such topic (yet): try again at the next call
+                consumer.close()
+                return []
+            consumer.assign([TopicPartition(self.settings.definitions_topic, p) for p in sorted(partitions)])
+            self._consumer = consumer
+        consumer = self._consumer
+        tps = list(consumer.assignment())
+        ends = consumer.end_offsets(tps)
+        events = []
+        deadline = time.monotonic() + 60  # never hold the worker: the rest comes with the next call
+        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=500).values():
+                events.extend(records.decode(m.value) for m in messages if m.value is not None)
+        return events
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+
+
 def _kafka_python_security(security: dict) -> dict:
     return {k: v for k, v in security.items()
             if k in ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
@@ -140,14 +193,36 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
     )
     raw = app.topic(settings.raw_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
     states = PartitionStates(settings)
+    definitions = ClusterDefinitions(settings)
+    reading = asyncio.Lock()   # one reader at a time: the consumer is not thread-safe
+
+    async def read_definitions():
+        async with reading:
+            events = await asyncio.get_running_loop().run_in_executor(None, definitions.read_new)
+        for event in events:
+            try:
+                processor.apply_definition(event)
+            except Exception as exc:  # noqa: BLE001 - accepted once, so a newer release rejects it: keep the rest
+                app.log.warning("definition from %s not applied: %s", settings.definitions_topic, exc)
+
+    @app.timer(interval=5.0)
+    async def follow_definitions():
+        await read_definitions()
+
+    # faust goes on delivering messages while the assignment handler below awaits its
+    # executor reads; the agent waits for it, or it would process against missing state
+    ready = asyncio.Event()
 
     @app.on_partitions_assigned.connect
     async def recover_states(app, assigned, **kwargs):
+        ready.clear()
         mine = {tp.partition for tp in assigned if tp.topic == settings.raw_topic}
         states.forget(set(states.by_partition) - mine)
         fresh = sorted(mine - set(states.by_partition))
         if fresh:
             await asyncio.get_running_loop().run_in_executor(None, states.recover, fresh)
+        await read_definitions()
+        ready.set()
 
     @app.agent(raw)
     async def process(stream):
@@ -157,8 +232,10 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         # same through futures, callbacks and sensors per message: ~10% of the worker's CPU.)
         producer = await app.maybe_start_producer()
         outputs = ((settings.workloads_topic, "records"), (settings.transitions_topic, "transitions"),
-                   (settings.deadletter_topic, "dead_letters"))
+                   (settings.deadletter_topic, "dead_letters"), (settings.definitions_topic, "definitions"))
         async for event in stream.events():
+            if not ready.is_set():
+                await ready.wait()
             msg = event.message
             states.use(msg.partition)
             out = processor.process(msg.key, msg.value, states, topic=msg.topic, partition=msg.partition,

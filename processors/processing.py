@@ -44,6 +44,11 @@ class Outputs:
     records: list = field(default_factory=list)
     transitions: list = field(default_factory=list)  # transition_of(record) for each record that has one
     dead_letters: list = field(default_factory=list)
+    definitions: list = field(default_factory=list)  # (cluster/name, WorkloadMap bytes or None when deleted)
+
+
+def definition_key(cluster: str, name: str) -> bytes:
+    return f"{cluster}/{name}".encode()
 
 
 def summary_of(record: dict) -> dict:
@@ -139,6 +144,7 @@ class Processor:
         # the per-generation component cache makes status-only updates cheap
         self.base = catalog or Catalog.builtin(resolver=Resolver(cache_size=cache_size))
         self._cluster_catalogs: dict[str, Catalog] = {}
+        # cluster -> name -> (resourceVersion, Definition, or None once deleted)
         self._cluster_definitions: dict[str, dict] = {}
 
     # -- definitions from clusters ------------------------------------------
@@ -146,23 +152,45 @@ class Processor:
         catalog = self._cluster_catalogs.get(cluster)
         if catalog is None:
             catalog = Catalog(self.base, resolver=self.base.resolver)
-            for definition in self._cluster_definitions.get(cluster, {}).values():
-                catalog.add(definition)
+            for _, definition in self._cluster_definitions.get(cluster, {}).values():
+                if definition is not None:
+                    catalog.add(definition)
             self._cluster_catalogs[cluster] = catalog
         return catalog
 
-    def _definition_event(self, event: dict):
+    def apply_definition(self, event: dict) -> bool:
+        """Apply a cluster's WorkloadMap event (a raw event); whether it changed anything.
+
+        The newest resourceVersion per (cluster, name) wins, deletions included (a tie too), so events
+        read from several partitions in any order (see app.py) end in the same catalog.
+        DefinitionError if the definition is invalid.
+        """
         cluster, obj = event["cluster"], event["object"]
-        name = obj["metadata"].get("name") or obj["metadata"]["uid"]
-        defs = self._cluster_definitions.setdefault(cluster, {})
-        if event["type"] == "DELETED":
-            defs.pop(name, None)
-        else:
-            try:
-                defs[name] = load_definition(obj, "cluster", f"cluster:{cluster}/{name}")
-            except DefinitionError as exc:
-                raise Rejected(records.INVALID_DEFINITION, str(exc)) from None
+        meta = obj["metadata"]
+        name = meta.get("name") or meta["uid"]
+        rv = meta.get("resourceVersion")
+        rv = None if rv is None else str(rv)
+        entries = self._cluster_definitions.setdefault(cluster, {})
+        current = entries.get(name)
+        deleted = event["type"] == "DELETED"
+        if (current is not None and rv is not None and current[0] is not None
+                and not (_rv_newer(rv, current[0]) or (deleted and rv == current[0]))):
+            return False    # older than what is applied (a deletion wins a tie)
+        definition = None
+        if not deleted:
+            definition = load_definition(obj, "cluster", f"cluster:{cluster}/{name}")
+        entries[name] = (rv, definition)
         self._cluster_catalogs.pop(cluster, None)
+        return True
+
+    def _definition_event(self, event: dict, out: Outputs):
+        try:
+            self.apply_definition(event)
+        except DefinitionError as exc:
+            raise Rejected(records.INVALID_DEFINITION, str(exc)) from None
+        # for the other workers, and for this one after a restart (see app.py)
+        name = event["object"]["metadata"].get("name") or event["object"]["metadata"]["uid"]
+        out.definitions.append((definition_key(event["cluster"], name), records.encode(event)))
 
     # -- events -----------------------------------------------------------------
     def process(self, key: bytes | None, value: bytes, state, *, topic: str = records.RAW_TOPIC,
@@ -177,7 +205,7 @@ class Processor:
             event = _parse(value)
             obj = event["object"]
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
-                self._definition_event(event)
+                self._definition_event(event, out)
                 return out
             self._workload_event(event, state, out)
         except Rejected as exc:

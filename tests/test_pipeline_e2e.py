@@ -27,7 +27,7 @@ from kafka import KafkaConsumer
 from tests.services.fixtures import skip_if_kafka_opted_out
 from tests.services.kafka_broker import KafkaBroker
 from workloadmap.catalog import records
-from workloadmap.ingest.publishing import KafkaPublisher
+from workloadmap.ingest.publishing import KafkaPublisher, event_key
 from workloadmap.ingest.simulating import simulate_messages
 
 WORKLOADMAP = [sys.executable, "-m", "workloadmap"]
@@ -223,3 +223,62 @@ def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on):
             broker.restart()
         _interrupted_run(p, _messages(seed=31, bad_fraction=0.0), interrupt=interrupt, resume=lambda: None,
                          timeout=300)
+
+
+def _widget_events(n: int, rv: int):
+    """Raw events of `n` Widgets (a kind only a cluster definition describes), at resourceVersion `rv`."""
+    out = []
+    for i in range(n):
+        obj = {"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": f"w{i}", "namespace": "lab", "uid": f"widget-{i}", "resourceVersion": str(rv)},
+               "spec": {"replicas": 1 + i % 3, "template": {"spec": {"containers": [
+                   {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
+               "status": {"phase": "Running"}}
+        event = records.raw_event("lab", "ADDED" if rv == 10 else "MODIFIED", obj)
+        out.append((event_key(event), records.encode(event)))
+    return out
+
+
+def test_cluster_definitions_reach_every_worker_and_survive_restarts(kafka_broker, pipeline_on):
+    """A WorkloadMap lands in one raw partition; the workers owning the others, and a restarted
+    worker, must still read its kind (through the definitions topic), not dead-letter it."""
+    import yaml
+
+    from tests.kube_objects import DEFINITION_TEMPLATE
+
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    definition = yaml.safe_load(DEFINITION_TEMPLATE.format(name="widgets", group="example.com", version="v1",
+                                                           kind="Widget"))
+    definition["metadata"].update(uid="def-1", resourceVersion="5")
+    p.start("processors")
+    second = subprocess.Popen([*WORKLOADMAP, "run", "processors"], env=p.env,
+                              stdout=open(p.tmp / "processors-2.log", "ab"), stderr=subprocess.STDOUT)
+    p.procs["processors-2"] = second
+    p.start("warehouse")
+    event = records.raw_event("lab", "ADDED", definition)
+    with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
+        publisher.publish(event)
+        publisher.flush()
+    time.sleep(15)  # committed, then read by both workers (they follow the topic every 5 s)
+    first = _widget_events(12, rv=10)   # 12 keys: every raw partition gets some
+    with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
+        for key, value in first:
+            publisher.publish_raw(key, value)
+        publisher.flush()
+    p.wait_for_records(12)
+    # every worker restarts: the definition is read again before processing
+    p.stop("processors-2")
+    p.stop("processors")
+    p.start("processors")
+    with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
+        for key, value in _widget_events(12, rv=11):
+            publisher.publish_raw(key, value)
+        publisher.flush()
+    try:
+        p.wait_for_records(24, timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\ndead letters: {p.dead_letters()}") from None
+    assert p.dead_letters() == []
+    rows = p.warehouse_rows("SELECT definition, origin, count(*), sum(gpus) FROM workload_states "
+                            "WHERE kind = 'Widget' GROUP BY ALL")
+    assert rows == [("widgets", "cluster", 24, 2 * 2 * sum(1 + i % 3 for i in range(12)))]
