@@ -21,7 +21,7 @@ import click
 from workloadmap.warehouse.querying import (
     QueryError, ReadOnlyViolation, WarehouseUnavailable, open_readonly, run_query, run_sql)
 
-from .outputs import console, emit, error, output_option
+from .outputs import emit, error, output_option
 from .settings import from_options, settings_options
 
 EXIT_FAILED = 1

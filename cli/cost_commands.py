@@ -182,7 +182,7 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
     tables.append(("GPU-hours by GPU resource", cost_html.table(
         ["GPU resource", "GPU-hours"], [[k, cost_html.number(v)] for k, v in resources],
         numeric_from=1, table_id="resources")))
-    notes = [f"Not costed (no price for these GPU resources): " + "; ".join(
+    notes = ["Not costed (no price for these GPU resources): " + "; ".join(
         f"{c} {r}: {h:,.1f} GPU-hours" for (c, r), h in sorted(report.unpriced.items()))] if report.unpriced else []
     meta = [f"Window {iso(report.since)} → {iso(report.until)} (UTC); consuming statuses: "
             f"{', '.join(report.statuses)}",

@@ -253,7 +253,7 @@ FROM workload_states s
 WHERE EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = s.cluster AND r.uid = s.uid)
 """
 
-_STARTS = f"""
+_STARTS = """
 CREATE OR REPLACE TEMP TABLE wm_starts AS
 SELECT *, lead(t) OVER (PARTITION BY cluster, uid ORDER BY t, seq) AS valid_to
 FROM (
