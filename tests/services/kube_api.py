@@ -324,6 +324,14 @@ def write_kubeconfig(path: str | os.PathLike, entries: Iterable[tuple[str, str, 
 # --------------------------------------------------------------------------- server
 
 
+def _json_or_text(raw: bytes):
+    """An API answer parsed as JSON, or as text when it is not JSON (a Status, or a plain error)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
 class KubeAPIServer:
     """etcd + kube-apiserver on 127.0.0.1, in a fresh temp dir; a context manager.
 
@@ -477,16 +485,8 @@ class KubeAPIServer:
             with self._open(req, timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                status = json.loads(raw)
-            except ValueError:
-                status = raw.decode(errors="replace")
-            raise KubeHTTPError(method, path, e.code, status) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode(errors="replace")
+            raise KubeHTTPError(method, path, e.code, _json_or_text(e.read())) from None
+        return _json_or_text(raw)
 
     def watch(self, path: str, resource_version: str | None = None, *, timeout: float = 5.0,
               max_events: int | None = None, token: str | None = None,
@@ -522,12 +522,7 @@ class KubeAPIServer:
                         if events[-1].get("type") == "ERROR":
                             break
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                status = json.loads(raw)
-            except ValueError:
-                status = raw.decode(errors="replace")
-            raise KubeHTTPError("WATCH", path, e.code, status) from None
+            raise KubeHTTPError("WATCH", path, e.code, _json_or_text(e.read())) from None
         return events
 
     def compact(self) -> int:
