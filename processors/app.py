@@ -226,11 +226,14 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
 
     @app.agent(raw)
     async def process(stream):
-        # Outputs go straight to the app's producer: in exactly-once mode that is faust's
-        # transaction manager, which sends them in the transaction of the raw partition
-        # being processed and commits them with its offsets.  (Topic.send would do the
-        # same through futures, callbacks and sensors per message: ~10% of the worker's CPU.)
-        producer = await app.maybe_start_producer()
+        # Outputs are sent with the transactional producer of the raw partition being
+        # processed (faust's transaction manager starts one per assigned partition and commits
+        # its transaction with that partition's offsets), to the same partition number.  Not
+        # through TransactionManager.send or Topic.send: those pick the producer by the
+        # *output* topic's partition as the consumer's metadata knows it, and the consumer
+        # knows only the topics it reads, so every output went out non-transactionally.
+        tm = await app.maybe_start_producer()
+        producer = getattr(tm, "producer", tm)
         outputs = ((settings.workloads_topic, "records"), (settings.transitions_topic, "transitions"),
                    (settings.deadletter_topic, "dead_letters"), (settings.definitions_topic, "definitions"))
         async for event in stream.events():
@@ -240,9 +243,11 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
             states.use(msg.partition)
             out = processor.process(msg.key, msg.value, states, topic=msg.topic, partition=msg.partition,
                                     offset=msg.offset)
+            transaction = (f"{app.conf.id}-{app.assignor.group_for_topic(msg.topic)}-{msg.partition}"
+                           if settings.exactly_once else None)
             for topic, field_name in outputs:
                 for key, value in getattr(out, field_name):
-                    await producer.send(topic, key, value, msg.partition, None, None)
+                    await producer.send(topic, key, value, msg.partition, None, None, transactional_id=transaction)
 
     app.workloadmap_settings = settings
     return app
