@@ -456,6 +456,9 @@ class Warehouse:
 # --------------------------------------------------------------------------- Kafka
 
 
+CAUGHT_UP_POLL_S = 0.02  # a poll this long that brings nothing: the writer has caught up
+
+
 class KafkaWarehouseWriter:
     """Consumes the workloads and transitions topics into a Warehouse, exactly once.
 
@@ -541,7 +544,13 @@ class KafkaWarehouseWriter:
     # ------------------------------------------------------------------ batches
 
     def poll_batch(self) -> WriteResult | None:
-        """Read up to batch_size messages (waiting at most max_wait_ms) and write them."""
+        """Read up to batch_size messages and write them.
+
+        A batch ends when it is full, after max_wait_ms, or as soon as the writer has caught
+        up (a short poll brings nothing more): the processors' records become readable a
+        transaction at a time, so waiting for more after a transaction's records only adds
+        latency, while under load the polls keep bringing records and batches grow large.
+        """
         if self._consumer is None:
             self._connect()
         deadline = time.monotonic() + self.max_wait_ms / 1000
@@ -549,8 +558,11 @@ class KafkaWarehouseWriter:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            polled = self._consumer.poll(timeout_ms=max(1, int(left * 1000)),
+            timeout = min(left, CAUGHT_UP_POLL_S) if self._pending else left
+            polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)),
                                          max_records=self.batch_size - len(self._pending))
+            if not polled and self._pending:
+                break
             for messages in polled.values():
                 self._pending.extend(messages)
         result = self._flush()
