@@ -34,6 +34,9 @@ import faust
 from workloadmap.catalog import records
 
 from .processing import MemoryStates, Processor, summary_of
+from .sending import OutputBatches
+
+HELD_EVENTS = 1000  # events processed before their outputs are sent and they are acked, at most
 
 
 @dataclass
@@ -230,28 +233,32 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
 
     @app.agent(raw)
     async def process(stream):
-        # Outputs are sent with the transactional producer of the raw partition being
-        # processed (faust's transaction manager starts one per assigned partition and commits
-        # its transaction with that partition's offsets), to the same partition number.  Not
-        # through TransactionManager.send or Topic.send: those pick the producer by the
-        # *output* topic's partition as the consumer's metadata knows it, and the consumer
-        # knows only the topics it reads, so every output went out non-transactionally.
-        tm = await app.maybe_start_producer()
-        producer = getattr(tm, "producer", tm)
+        # Acks are manual: an event is acked once its outputs' batches are in the producer
+        # (sending.py).  Batches are sent when the stream has nothing more buffered, or
+        # after HELD_EVENTS events, so latency stays that of one event when idle.
+        batches = OutputBatches(app, settings.raw_topic, settings.exactly_once)
+        await batches.start()
         outputs = ((settings.workloads_topic, "records"), (settings.transitions_topic, "transitions"),
                    (settings.deadletter_topic, "dead_letters"), (settings.definitions_topic, "definitions"))
-        async for event in stream.events():
+        acking = stream.noack()
+        buffered = acking.channel.queue
+        held = []
+        async for event in acking.events():
             if not ready.is_set():
                 await ready.wait()
             msg = event.message
             states.use(msg.partition)
             out = processor.process(msg.key, msg.value, states, topic=msg.topic, partition=msg.partition,
                                     offset=msg.offset)
-            transaction = (f"{app.conf.id}-{app.assignor.group_for_topic(msg.topic)}-{msg.partition}"
-                           if settings.exactly_once else None)
             for topic, field_name in outputs:
                 for key, value in getattr(out, field_name):
-                    await producer.send(topic, key, value, msg.partition, None, None, transactional_id=transaction)
+                    batches.add(msg.partition, topic, key, value)
+            held.append(event)
+            if len(held) >= HELD_EVENTS or buffered.empty():
+                await batches.send()
+                for done in held:
+                    await acking.ack(done)
+                held.clear()
 
     app.workloadmap_settings = settings
     return app
