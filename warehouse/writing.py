@@ -531,6 +531,9 @@ class KafkaWarehouseWriter:
             bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, client_id=self.client_id,
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.batch_size,
             isolation_level="read_committed",  # the processors publish in transactions
+            # a partition with records still buffered is left out of the next fetch, and new
+            # records for it wait until that fetch returns: hold fetches 100 ms, not 500
+            fetch_max_wait_ms=100,
             **self.security)
         self._consumer.subscribe(list(self.topics), listener=Seeker())
 
