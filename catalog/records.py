@@ -38,6 +38,12 @@ DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
 # WorkloadMap object (a tombstone when deleted); compacted, read in full by every processor worker.
 DEFINITIONS_TOPIC = "workloadmap.definitions.v1"
 
+# The largest message the processors and the writer send to the topics they write (created
+# with this max.message.bytes).  A dead letter carries its input's bytes in base64 (4/3 of
+# them): a raw message at the broker's default limit (~1 MiB) makes a ~1.4 MB dead letter,
+# which a topic at the default would refuse, losing it.
+MAX_OUTPUT_MESSAGE_BYTES = 8 << 20
+
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 # The status a workload ends in when its object is deleted: it holds nothing
 # from then on, whatever it was doing before.

@@ -14,6 +14,8 @@ import threading
 
 import click
 
+from workloadmap.catalog import records
+
 from .outputs import console
 from .settings import Settings, from_options, settings_options
 
@@ -28,13 +30,16 @@ def ensure_topics(settings: Settings) -> None:
                              client_id=f"{settings.client_id}-admin", **settings.security())
     try:
         existing = set(admin.list_topics())
-        wanted = [settings.raw_topic, settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic]
-        missing = [NewTopic(t, settings.partitions, 1) for t in wanted if t not in existing]
+        outputs = {"max.message.bytes": str(records.MAX_OUTPUT_MESSAGE_BYTES)}
+        missing = [NewTopic(settings.raw_topic, settings.partitions, 1)] if settings.raw_topic not in existing else []
+        missing += [NewTopic(t, settings.partitions, 1, topic_configs=outputs)
+                    for t in (settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic)
+                    if t not in existing]
         if settings.definitions_topic not in existing:
             # as many partitions as the raw topic: a worker publishes a definition in the
             # transaction of the raw partition it came from (same partition number)
             missing.append(NewTopic(settings.definitions_topic, settings.partitions, 1,
-                                    topic_configs={"cleanup.policy": "compact"}))
+                                    topic_configs={"cleanup.policy": "compact", **outputs}))
         if missing:
             try:
                 admin.create_topics(missing)
@@ -276,7 +281,6 @@ class InProcessPipeline:
         self._transitions: list[dict] = []
 
     def publish(self, event: dict) -> None:
-        from workloadmap.catalog import records
         from workloadmap.ingest.publishing import event_key
 
         self.publish_raw(event_key(event), records.encode(event))

@@ -217,6 +217,7 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         broker_commit_every=2000,
         producer_linger=0.05,  # batch the outputs: small produce requests are what limits throughput
         producer_max_batch_size=1 << 20,
+        producer_max_request_size=records.MAX_OUTPUT_MESSAGE_BYTES,
         broker_commit_interval=0.5,
         # aiokafka fetches a partition again only once its buffered records are consumed, so
         # the per-partition fetch size bounds the rate: 1 MiB (faust's default) held one worker
@@ -282,6 +283,7 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
                     batches.add(msg.partition, topic, key, value)
             held.append(event)
             if len(held) >= HELD_EVENTS or buffered.empty():
+                batches.raise_failures()
                 await batches.send()
                 for done in held:
                     await acking.ack(done)

@@ -42,6 +42,7 @@ class OutputBatches:
         self._batches: dict[tuple[int, str], object] = {}
         self._full: list[tuple[int, str, object]] = []
         self._producer = None  # faust's Producer
+        self.failures: list[BaseException] = []
 
     async def start(self) -> None:
         started = await self.app.maybe_start_producer()   # the transaction manager in exactly-once mode
@@ -85,4 +86,16 @@ class OutputBatches:
             lock = (self._producer._trn_locks[transactional_id] if transactional_id is not None
                     else contextlib.nullcontext())
             async with lock:
-                await self._aiokafka_producer(transactional_id).send_batch(batch, topic, partition=partition)
+                delivery = await self._aiokafka_producer(transactional_id).send_batch(batch, topic,
+                                                                                      partition=partition)
+            delivery.add_done_callback(self._delivered)
+
+    def _delivered(self, delivery) -> None:
+        if not delivery.cancelled() and delivery.exception() is not None:
+            self.failures.append(delivery.exception())
+
+    def raise_failures(self) -> None:
+        """Raise if a batch sent earlier was refused: its outputs are lost, which must not pass unseen."""
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise RuntimeError(f"{len(failures)} output batch(es) refused by Kafka: {failures[0]!r}") from failures[0]

@@ -10,6 +10,7 @@ is killed mid-stream and restarted.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -179,14 +180,19 @@ def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline
     bad = [i.expected_deadletter_reason for _, _, i in messages if i.expected_deadletter_reason]
     good = len(messages) - len(bad)
     assert bad and good > 100
+    # malformed, at the broker's default message size: its dead letter (bytes in base64) is larger
+    oversized = b'{"cluster": "c1", ' + b"x" * 1_000_000
     p = pipeline_on(kafka_broker.bootstrap_servers)
     p.start("processors")
     p.start("warehouse")
+    p.publish([(b"c1/oversized", oversized, None)])
     p.publish(messages)
     p.wait_for_records(good)
     letters = p.dead_letters()
-    assert Counter(d["reason"] for d in letters) == Counter(bad)  # raw in = records + dead letters
+    # raw in = records + dead letters
+    assert Counter(d["reason"] for d in letters) == Counter(bad + [records.MALFORMED_JSON])
     assert all(d["stage"] == "processor" for d in letters)
+    assert [base64.b64decode(d["valueBase64"]) for d in letters if d["key"] == "c1/oversized"] == [oversized]
     # the outputs were written in the transactions that committed their raw offsets
     for name in ("workloads", "transitions", "deadletter"):
         assert p.transaction_markers(name) > 0, name
@@ -201,7 +207,7 @@ def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline
     assert transitions[0] == transitions[1] > 0
     # a re-published bad message is a new message (new offset): it is dead-lettered again, so that
     # every raw message received stays accounted for as a record or a dead letter
-    assert Counter(d["reason"] for d in p.dead_letters()) == Counter(bad * 2)
+    assert Counter(d["reason"] for d in p.dead_letters()) == Counter(bad * 2 + [records.MALFORMED_JSON])
 
 
 def _interrupted_run(p: Pipeline, messages, interrupt, resume, timeout=180):

@@ -541,7 +541,8 @@ class KafkaWarehouseWriter:
         if self._producer is None:
             from kafka import KafkaProducer
             self._producer = KafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all",
-                                           client_id=self.client_id + "-deadletter", **self.security)
+                                           client_id=self.client_id + "-deadletter",
+                                           max_request_size=records.MAX_OUTPUT_MESSAGE_BYTES, **self.security)
         return self._producer
 
     # ------------------------------------------------------------------ batches
