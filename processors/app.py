@@ -283,7 +283,11 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
                     batches.add(msg.partition, topic, key, value)
             held.append(event)
             if len(held) >= HELD_EVENTS or buffered.empty():
-                batches.raise_failures()
+                try:
+                    batches.raise_failures()
+                except RuntimeError as exc:
+                    await app.crash(exc)   # the worker stops; restarted, it resumes from its last commit
+                    raise
                 await batches.send()
                 for done in held:
                     await acking.ack(done)
