@@ -104,7 +104,10 @@ class Run:
             missing = {k for k in missing if k not in self.visible}
             if not missing:
                 return
-            assert self.proc.poll() is None, "processor exited"
+            if self.proc.poll() is not None:
+                self.log.flush()
+                tail = Path(self.log.name).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"processor exited with {self.proc.returncode}:\n{tail}")
             if time.time() > deadline:
                 raise RuntimeError(f"{len(keys) - len(missing)} of {len(keys)} visible")
             time.sleep(0.05)

@@ -30,10 +30,10 @@ import ssl
 from dataclasses import dataclass, field
 
 import faust
-from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from workloadmap.catalog import records
 
+from .consuming import RawConsumer
 from .processing import MemoryStates, Processor, summary_of
 from .sending import OutputBatches
 
@@ -173,31 +173,6 @@ def _kafka_python_security(security: dict) -> dict:
                      "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
 
-FETCH_MAX_WAIT_MS = 100
-
-
-class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    def _create_worker_consumer(self, transport):
-        consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS   # read when its fetcher starts
-        return consumer
-
-
-class _Consumer(faust_aiokafka.Consumer):
-    """faust's aiokafka consumer with fetches held at most FETCH_MAX_WAIT_MS by the broker.
-
-    Why: aiokafka leaves out of a fetch request the partitions that still have
-    records waiting to be processed, and faust hard-codes a 1,500 ms wait.  After
-    a burst, a request in flight without some partition is held the full 1.5 s
-    while new events for that partition wait behind it: measured at 1,000
-    events/s, 1.47 s from publish to committed record at the median (0.43 s with
-    100 ms), which was most of the pipeline's latency.
-    """
-
-    def _new_consumer_thread(self):
-        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-
 def create_app(settings: Settings, processor: Processor | None = None) -> faust.App:
     processor = processor or Processor()
     app = faust.App(
@@ -225,7 +200,7 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         consumer_max_fetch_size=16 << 20,
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
     )
-    app.transport.Consumer = _Consumer   # this app's transport only
+    app.transport.Consumer = RawConsumer   # this app's transport only (consuming.py)
     raw = app.topic(settings.raw_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
     states = PartitionStates(settings)
     definitions = ClusterDefinitions(settings)
