@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONSUMER = "workloadmap-warehouse"
 WAL_AUTOCHECKPOINT = "256MB"
+WRITER_THREADS = 1  # DuckDB threads of the Kafka writer (see KafkaWarehouseWriter.__init__)
 STAGE = "warehouse"
 
 
@@ -497,6 +498,12 @@ class KafkaWarehouseWriter:
         self.snapshot_every_s = snapshot_every_s
         self.on_batch = on_batch  # called with (WriteResult, message count) after each commit
         self.warehouse = Warehouse(path, consumer=group_id)
+        # One DuckDB thread: a batch is a dozen small statements, and spread over threads
+        # they cost more CPU and wait for cores the processors and the broker also want.
+        # Measured on 2 cores, 40,000 records: CPU per row 0.166 ms (one thread) against
+        # 0.186 (two) in batches of 500, 0.065 against 0.078 in batches of 5,000; at 1,000
+        # events/s through the whole pipeline, p99 publish-to-visible 1.67 s against 2.97 s.
+        self.warehouse.conn.execute(f"SET threads = {WRITER_THREADS}")
         self.totals = WriteResult()
         self.dead_letters = 0
         self._stop = threading.Event()
