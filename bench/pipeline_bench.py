@@ -162,8 +162,11 @@ class Run:
     def wait(self, keys, timeout=600):
         deadline = time.time() + timeout
         missing = set(keys)
+        seen = -1
         while True:
-            missing = {k for k in missing if k not in self.visible}
+            if len(self.visible) != seen:   # look again only after a batch (this is CPU the writer's figure counts)
+                seen = len(self.visible)
+                missing = {k for k in missing if k not in self.visible}
             if not missing:
                 return
             if self.proc.poll() is not None:
