@@ -10,7 +10,8 @@ measurements:
 - sustained: publish --events simulated raw events as fast as possible;
   events/s = events / (last row visible - first publish);
 - latency: publish at a fixed --rate (1,000 events/s) for --seconds; per
-  event, the time from publish to its row being visible in DuckDB; p50/p99.
+  event, the time from publish to its row being visible in DuckDB; p50/p99,
+  also split where the worker appends the event's record (its CreateTime).
 
 CPU milliseconds per event are given per process (the writer's includes
 DuckDB's threads and the visibility queries of this benchmark).  Prints one
@@ -106,6 +107,28 @@ def publish(bootstrap_servers, topic, messages, rate=None):
     publishing = Publishing(bootstrap_servers, topic, messages, rate).start()
     started = publishing.go()
     return started, publishing.result()
+
+
+def appended_times(bootstrap_servers, topic, keys) -> dict:
+    """When the worker appended the record of each (uid, resourceVersion) in `keys` to the
+    records topic (the record's CreateTime, read uncommitted): splits a latency in two, the
+    worker's part and the rest (transaction commit, writer)."""
+    from kafka import KafkaConsumer
+    wanted, out = set(keys), {}
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, isolation_level="read_uncommitted",
+                             consumer_timeout_ms=10_000)
+    try:
+        for m in consumer:
+            record = json.loads(m.value)
+            key = (record.get("uid"), record.get("resourceVersion"))
+            if key in wanted:
+                out[key] = m.timestamp / 1000
+                if len(out) == len(wanted):
+                    break
+    finally:
+        consumer.close()
+    return out
 
 
 def cpu_seconds(pid: int | None = None, thread: int | None = None) -> float:
@@ -220,11 +243,15 @@ def main():
             sent = {(uid, rv): t for (_, _, uid, rv), t in zip(latency_msgs, times)}
             run.wait(list(sent))
             latencies = sorted(run.visible[k] - t for k, t in sent.items())
+            appended = appended_times(broker.bootstrap_servers, f"workloads-{run.tag}", sent)
+            worker_part = sorted(appended[k] - t for k, t in sent.items() if k in appended)
+            rest = sorted(run.visible[k] - appended[k] for k in sent if k in appended)
         finally:
             run.close()
 
-    def pct(q):
-        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3)
+    def pct(q, values=None):
+        values = latencies if values is None else values
+        return round(values[min(len(values) - 1, int(q * len(values)))], 3) if values else None
 
     print(json.dumps({
         "benchmark": "pipeline publish-to-duckdb",
@@ -239,6 +266,12 @@ def main():
         "latency_p50_seconds": pct(0.50),
         "latency_p99_seconds": pct(0.99),
         "latency_max_seconds": round(latencies[-1], 3),
+        # the same latencies in two parts: publish -> record appended by the worker, and
+        # appended -> visible in DuckDB (transaction commit every 0.5 s, writer batch)
+        "latency_to_worker_output_p50_seconds": pct(0.50, worker_part),
+        "latency_to_worker_output_p99_seconds": pct(0.99, worker_part),
+        "latency_worker_output_to_visible_p50_seconds": pct(0.50, rest),
+        "latency_worker_output_to_visible_p99_seconds": pct(0.99, rest),
         "targets": {"sustained_events_per_second": 5000, "latency_p99_seconds": 2.0},
     }))
 
