@@ -35,7 +35,7 @@ from workloadmap.catalog import records
 
 from .consuming import RawConsumer
 from .processing import MemoryStates, Processor, summary_of
-from .sending import OutputBatches
+from .sending import OutputBatches, OutputProducer
 
 HELD_EVENTS = 1000  # events processed before their outputs are sent and they are acked, at most
 
@@ -201,6 +201,7 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
     )
     app.transport.Consumer = RawConsumer   # this app's transport only (consuming.py)
+    app.transport.Producer = OutputProducer   # (sending.py)
     raw = app.topic(settings.raw_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
     states = PartitionStates(settings)
     definitions = ClusterDefinitions(settings)

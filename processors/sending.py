@@ -23,13 +23,50 @@ not yet acked may commit before their offsets: after a crash those events are
 processed again against the state those outputs imply, which makes them
 duplicates and produces nothing.
 
+Committing: faust commits the per-partition transactions one after another,
+each with three requests (offsets into the transaction, its end, the next
+begin) under that partition's lock, so outputs wait while it runs.
+``OutputProducer`` commits them concurrently.
+
 faust exposes no public per-partition producer, so this reads two attributes
 of faust-streaming's aiokafka Producer (pinned in pyproject.toml).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger(__name__)
+
+
+class OutputProducer(faust_aiokafka.Producer):
+    """faust's aiokafka Producer with the per-partition transactions committed concurrently.
+
+    Why: a commit round took 0.08-0.32 s for three raw partitions at 1,000
+    events/s on the 2-core machine, one partition after another, and that is
+    time records wait to become visible and, under each partition's lock,
+    outputs wait to be sent.  The transactions are independent (one
+    transactional id per partition), so their round trips may overlap.
+    """
+
+    async def commit_transactions(self, tid_to_offset_map, group_id, start_new_transaction=True) -> None:
+        await asyncio.gather(*(self._commit_transaction(tid, offsets, group_id, start_new_transaction)
+                               for tid, offsets in tid_to_offset_map.items()))
+
+    async def _commit_transaction(self, transactional_id, offsets, group_id, start_new_transaction) -> None:
+        async with self._trn_locks[transactional_id]:
+            producer = self._transaction_producers.get(transactional_id)
+            if producer is None:
+                log.warning("commit invoked for unknown transaction %s", transactional_id)
+                return
+            await producer.send_offsets_to_transaction(offsets, group_id)
+            await producer.commit_transaction()
+            if start_new_transaction:
+                await producer.begin_transaction()
 
 
 class OutputBatches:

@@ -127,3 +127,4 @@ def test_raced_against_a_suspended_flow_the_stuck_delivery_is_abandoned():
         return delivered, buffer_has_room.cancelled()
 
     assert asyncio.run(main()) == ([], True)
+
