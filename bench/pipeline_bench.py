@@ -72,41 +72,24 @@ def _publishing(bootstrap_servers, topic, messages, rate, ready, go, results):
         results.put((sent, time.time(), cpu_seconds() - cpu_before))
 
 
-class Publishing:
-    """Publishes from a process of its own, as the watchers do in production: it does not share
-    the writer's interpreter lock.  ``start()`` returns when the producer is connected;
-    ``go()`` starts the sending and returns when it begins; ``result()`` gives (send times, time
-    flushed, the publisher's CPU seconds)."""
-
-    def __init__(self, bootstrap_servers, topic, messages, rate=None):
-        ctx = multiprocessing.get_context("spawn")
-        self._ready, self._go, self._results = ctx.Event(), ctx.Event(), ctx.Queue()
-        self._child = ctx.Process(target=_publishing, args=(bootstrap_servers, topic, messages, rate,
-                                                           self._ready, self._go, self._results))
-
-    def start(self):
-        self._child.start()
-        if not self._ready.wait(120):
-            raise RuntimeError("the publisher did not start")
-        return self
-
-    def go(self) -> float:
-        self._go.set()
-        return time.time()
-
-    def result(self):
-        out = self._results.get(timeout=600)
-        self._child.join(60)
-        if self._child.exitcode:
-            raise RuntimeError(f"the publisher exited with {self._child.exitcode}")
-        return out
-
-
 def publish(bootstrap_servers, topic, messages, rate=None):
-    """Publish `messages` from a process of its own; returns (started, Publishing.result())."""
-    publishing = Publishing(bootstrap_servers, topic, messages, rate).start()
-    started = publishing.go()
-    return started, publishing.result()
+    """Publish `messages` from a process of its own, as the watchers do in production (it does
+    not share the writer's interpreter lock).  Returns (time the sending began, (send times,
+    time flushed, the publisher's CPU seconds)); the producer connects before the clock starts."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_publishing, args=(bootstrap_servers, topic, messages, rate, ready, go, results))
+    child.start()
+    if not ready.wait(120):
+        child.kill()
+        raise RuntimeError("the publisher did not start")
+    go.set()
+    started = time.time()
+    out = results.get(timeout=600)
+    child.join(60)
+    if child.exitcode:
+        raise RuntimeError(f"the publisher exited with {child.exitcode}")
+    return started, out
 
 
 def appended_times(bootstrap_servers, topic, keys) -> dict:
