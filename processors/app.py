@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 import ssl
+import tempfile
 from dataclasses import dataclass, field
 
 import faust
@@ -53,7 +54,6 @@ class Settings:
     replication_factor: int = 1
     exactly_once: bool = True
     security: dict = field(default_factory=dict)  # security_protocol, sasl_*, ssl_* (never logged)
-    data_dir: str | None = None
 
 
 def _credentials(security: dict):
@@ -175,12 +175,16 @@ def _kafka_python_security(security: dict) -> dict:
 
 def create_app(settings: Settings, processor: Processor | None = None) -> faust.App:
     processor = processor or Processor()
+    # faust wants a data directory (for local table stores); this app keeps its state in
+    # memory and rebuilds it from the records topic, so a private temporary one does, and
+    # no `<app id>-data` directory is left in the working directory
+    data_dir = tempfile.TemporaryDirectory(prefix="workloadmap-processors-")
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{hp.strip()}" for hp in settings.bootstrap_servers.split(",")],
         broker_credentials=_credentials(settings.security),
         store="memory://",
-        datadir=settings.data_dir,
+        datadir=data_dir.name,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         processing_guarantee="exactly_once" if settings.exactly_once else "at_least_once",
@@ -270,4 +274,5 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
                 held.clear()
 
     app.workloadmap_settings = settings
+    app.workloadmap_data_dir = data_dir   # removed with the app
     return app

@@ -52,6 +52,8 @@ class Pipeline:
                         WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{run}",
                         WORKLOADMAP_CLIENT_ID=f"e2e-{run}", WORKLOADMAP_DUCKDB=str(tmp / "warehouse.duckdb"))
         self.snapshot = tmp / "snapshot.duckdb"
+        self.workdir = tmp / "workdir"   # the services' working directory: they leave nothing in it
+        self.workdir.mkdir()
         self.procs: dict[str, subprocess.Popen] = {}
 
     def topic(self, name):
@@ -62,7 +64,8 @@ class Pipeline:
         if service == "warehouse":
             args += ["--snapshot", str(self.snapshot), "--snapshot-every", "0.5"]
         log = open(self.tmp / f"{service}.log", "ab")
-        self.procs[service] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[service] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               cwd=self.workdir)
 
     def kill(self, service: str):
         proc = self.procs.pop(service)
@@ -201,6 +204,7 @@ def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline
     p.stop("processors")
     time.sleep(3)
     p.stop("warehouse")
+    assert not list(p.workdir.iterdir())
     _check_warehouse(p, messages)
     transitions = p.warehouse_rows("SELECT count(*), count(DISTINCT (cluster, uid, transitioned_at, to_status)) "
                                    "FROM transitions")[0]
