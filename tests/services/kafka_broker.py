@@ -373,10 +373,15 @@ class KafkaBroker:
 
     def _java_cmd(self, java: str, libs: Path, *args: str, quick: bool = False) -> list[str]:
         """The JVM command line; ``quick``: C1 JIT only, ~0.5 s faster for short-lived
-        tools (not for the broker itself, whose throughput benchmarks measure)."""
+        tools (not for the broker itself, whose throughput benchmarks measure).
+
+        The parallel collector, not the JVM's default G1: on the 2-core machines the
+        broker shares with the pipeline, G1's concurrent work doubled the broker's CPU per
+        event (pipeline bench, 2026-12-03, three runs each: 0.24-0.29 ms with G1 against
+        0.11-0.13 with the parallel collector, 0.11-0.14 with the serial one)."""
         assert self.workdir is not None
         return [
-            java, f"-Xmx{self.heap}", "-Djava.awt.headless=true",
+            java, f"-Xmx{self.heap}", "-XX:+UseParallelGC", "-Djava.awt.headless=true",
             *(["-XX:TieredStopAtLevel=1"] if quick else []),
             f"-Dkafka.logs.dir={self.workdir}",
             f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
