@@ -1,0 +1,58 @@
+"""Statuses of built-in definitions in controller states the bundled examples do not show.
+
+Each case is an object in a state its framework's controller writes (the
+source named beside it), resolved through the built-in catalog.  The golden
+tests cover one object per example; these cover the transitions between them
+that are easy to get wrong: a workload whose pods are still Pending is not
+Running yet, and a failed child being recreated is Degraded, not Undefined.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _jobset(replicated_jobs_status: list[dict], conditions: list[dict] = (), suspend: bool = False) -> dict:
+    """A JobSet of two 8-GPU trainer Jobs with the given status (kubernetes-sigs/jobset v1alpha2)."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "llm-pretrain", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000001"},
+        "spec": {
+            "suspend": suspend,
+            "failurePolicy": {"maxRestarts": 3, "rules": [
+                {"name": "restart-failed-job", "action": "RestartJob", "targetReplicatedJobs": ["trainer"]}]},
+            "replicatedJobs": [{"name": "trainer", "replicas": 2, "template": {"spec": {
+                "parallelism": 2, "completions": 2, "backoffLimit": 0,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}],
+        },
+        "status": {"restarts": 0, "conditions": list(conditions), "replicatedJobsStatus": [
+            {"name": "trainer", "active": 0, "ready": 0, "failed": 0, "succeeded": 0, "suspended": 0,
+             **s} for s in replicated_jobs_status]},
+    }
+
+
+RESUMED = {"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": "jobset is resumed",
+           "lastTransitionTime": "2026-11-30T10:00:00Z"}
+
+
+@pytest.mark.parametrize("obj, expected", [
+    # `active` counts Jobs with a running OR pending pod (jobset_types.go ReplicatedJobStatus):
+    # both Jobs active, no pod ready yet, e.g. waiting for GPUs
+    pytest.param(_jobset([{"active": 2}], [RESUMED]), "Initializing", id="jobset-pods-pending"),
+    # `ready`: Jobs whose ready + succeeded pods reach min(parallelism, completions)
+    pytest.param(_jobset([{"active": 2, "ready": 1}], [RESUMED]), "Running", id="jobset-one-job-ready"),
+    pytest.param(_jobset([{"active": 1, "succeeded": 1}]), "Running", id="jobset-one-job-done-one-active"),
+    # the RestartJob failure-policy action recreates the failed Job and sets no condition
+    # (failure_policy.go); controllers before v0.12 have no RestartingJobSet condition either
+    pytest.param(_jobset([{"active": 1, "ready": 1, "failed": 1}]), "Degraded", id="jobset-job-recreated"),
+    pytest.param(_jobset([{"failed": 1}]), "Degraded", id="jobset-restart-before-v0.12"),
+    pytest.param(_jobset([{"failed": 1}], [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts"}]),
+                 "Failed", id="jobset-failed"),
+    pytest.param(_jobset([{"suspended": 2}], suspend=True), "Suspended", id="jobset-suspended"),
+])
+def test_status_in_controller_state(catalog, obj, expected):
+    resolved = catalog.resolve(obj)
+    assert resolved.status == expected, resolved.statuses
+    assert resolved.total.gpu == 32  # 2 Jobs x 2 pods x 8 GPUs, whatever the status
