@@ -56,3 +56,36 @@ def test_status_in_controller_state(catalog, obj, expected):
     resolved = catalog.resolve(obj)
     assert resolved.status == expected, resolved.statuses
     assert resolved.total.gpu == 32  # 2 Jobs x 2 pods x 8 GPUs, whatever the status
+
+
+def _raycluster(worker_group: dict) -> dict:
+    """A RayCluster as the API server stores it (ray.io/v1, CRD defaults applied)."""
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "raycluster-gpu", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000002"},
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.46.0",
+                 "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "rayStartParams": {}, "numOfHosts": 1, **worker_group,
+                                  "template": {"spec": {"containers": [
+                                      {"name": "ray-worker", "image": "rayproject/ray:2.46.0-gpu",
+                                       "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}],
+        },
+        "status": {"state": "ready", "conditions": [
+            {"type": "RayClusterProvisioned", "status": "True", "reason": "AllPodRunningAndReadyFirstTime"},
+            {"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady"}]},
+    }
+
+
+@pytest.mark.parametrize("group, replicas, maximum", [
+    # maxReplicas omitted: the CRD's default (MaxInt32) is stored, and means no maximum
+    ({"replicas": 2, "minReplicas": 0, "maxReplicas": 2147483647}, 2, None),
+    ({"replicas": 2, "minReplicas": 1, "maxReplicas": 4}, 2, 4),
+    ({"replicas": 6, "minReplicas": 1, "maxReplicas": 4}, 4, 4),   # clamped as the controller does
+])
+def test_ray_worker_group_bounds(catalog, group, replicas, maximum):
+    resolved = catalog.resolve(_raycluster(group))
+    worker = next(c for c in resolved.components if c.name == "worker")
+    assert (worker.replicas, worker.max_replicas) == (replicas, maximum)
+    assert resolved.total.gpu == replicas
