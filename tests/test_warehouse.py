@@ -245,7 +245,10 @@ def test_transitions_are_deduplicated(tmp_path):
 def test_malformed_records_are_refused_before_writing(tmp_path):
     good = lifecycle()[0]
     bad = [dict(good, observedAt="yesterday"), {k: v for k, v in good.items() if k != "uid"},
-           dict(good, deleted="no"), dict(good, total={"gpu": -1, "cpu": 0, "memory": 0}), "not a dict"]
+           dict(good, deleted="no"), dict(good, total={"gpu": -1, "cpu": 0, "memory": 0}), "not a dict",
+           # beyond the columns' ranges (int32 pods, int64 bytes): refused, not an Arrow overflow
+           dict(good, total={"gpu": 0, "cpu": 0, "memory": 0, "pods": 2**31}),
+           dict(good, total={"gpu": 0, "cpu": 0, "memory": 2**63, "pods": 1})]
     with Warehouse(tmp_path / "w.duckdb") as wh:
         for b in bad:
             with pytest.raises(MalformedRecord):

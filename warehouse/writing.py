@@ -107,6 +107,7 @@ def _number(d: dict, field: str, what: str) -> float:
     return v
 
 
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1   # the pods and memory columns' ranges
 _RECORD_FIELDS = ("cluster", "uid", "kind", "status", "observedAt", "eventType", "deleted", "total")
 _TRANSITION_FIELDS = ("cluster", "uid", "to", "at")
 
@@ -135,8 +136,10 @@ def check_record(record) -> tuple:
     _require(total, ("gpu", "cpu", "memory"), "total")
     gpus, cpu, memory = (_number(total, f, "total") for f in ("gpu", "cpu", "memory"))
     pods = total.get("pods", 0)
-    if isinstance(pods, bool) or not isinstance(pods, int) or pods < 0:
-        raise MalformedRecord(records.WRONG_TYPES, "total.pods must be a non-negative integer")
+    if isinstance(pods, bool) or not isinstance(pods, int) or not 0 <= pods <= _INT32_MAX:
+        raise MalformedRecord(records.WRONG_TYPES, "total.pods must be an integer from 0 to 2^31-1")
+    if memory > _INT64_MAX:
+        raise MalformedRecord(records.WRONG_TYPES, "total.memory must be at most 2^63-1 bytes")
     gpu_resources = total.get("gpuResources") or {}
     if not isinstance(gpu_resources, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in gpu_resources.values()):
