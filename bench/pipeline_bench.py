@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.services.kafka_broker import KafkaBroker  # noqa: E402
+from workloadmap.cli.pipeline_commands import collect_garbage_rarely  # noqa: E402
 from workloadmap.ingest.publishing import KafkaPublisher  # noqa: E402
 from workloadmap.ingest.simulating import simulate_messages  # noqa: E402
 from workloadmap.warehouse.writing import KafkaWarehouseWriter  # noqa: E402
@@ -141,6 +142,7 @@ class Run:
             topics=(f"workloads-{tag}", f"transitions-{tag}"), group_id=f"bench-{tag}-warehouse",
             transitions_topic=f"transitions-{tag}", deadletter_topic=f"deadletter-{tag}",
             commit_to_kafka=False, on_batch=self._on_batch)
+        collect_garbage_rarely()  # as `workloadmap run warehouse` does
         self._last_seq = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.writer.run, args=(self.stop,), daemon=True)
