@@ -89,3 +89,32 @@ def test_ray_worker_group_bounds(catalog, group, replicas, maximum):
     worker = next(c for c in resolved.components if c.name == "worker")
     assert (worker.replicas, worker.max_replicas) == (replicas, maximum)
     assert resolved.total.gpu == replicas
+
+
+def _inference_service(annotations: dict) -> dict:
+    """The KServe ModelMesh quick-start InferenceService (serving.kserve.io/v1beta1), loaded."""
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": "example-sklearn-isvc", "namespace": "modelmesh-serving", "annotations": annotations,
+                     "uid": "7c1e0f9a-0000-4000-8000-000000000003"},
+        "spec": {"predictor": {"model": {
+            "modelFormat": {"name": "sklearn"},
+            "storage": {"key": "localMinIO", "path": "sklearn/mnist-svm.joblib"},
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}}},
+        "status": {"conditions": [{"type": "PredictorReady", "status": "True"}, {"type": "Ready", "status": "True"}],
+                   "modelStatus": {"transitionStatus": "UpToDate",
+                                   "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"}}},
+    }
+
+
+@pytest.mark.parametrize("annotations, pods", [
+    # ModelMesh: served by the namespace's shared modelmesh-serving Deployment, no pods of its own
+    ({"serving.kserve.io/deploymentMode": "ModelMesh"}, 0),
+    ({"serving.kserve.io/deploymentMode": "RawDeployment"}, 1),
+    ({}, 1),
+])
+def test_inference_service_pods_by_deployment_mode(catalog, annotations, pods):
+    resolved = catalog.resolve(_inference_service(annotations))
+    assert resolved.status == "Running"
+    assert resolved.pods == pods
+    assert resolved.total.cpu == pods
