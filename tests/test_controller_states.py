@@ -118,3 +118,49 @@ def test_inference_service_pods_by_deployment_mode(catalog, annotations, pods):
     assert resolved.status == "Running"
     assert resolved.pods == pods
     assert resolved.total.cpu == pods
+
+
+def _multinode(worker_spec: dict, model_requests: dict | None = None) -> dict:
+    """A multi-node huggingface InferenceService (KServe raw deployment, Ray across pods)."""
+    model = {"modelFormat": {"name": "huggingface"}, "storageUri": "pvc://llama-3-70b-pvc/hf/70b"}
+    if model_requests:
+        model["resources"] = {"requests": model_requests, "limits": model_requests}
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": "huggingface-llama3", "namespace": "llm", "uid": "7c1e0f9a-0000-4000-8000-000000000004",
+                     "annotations": {"serving.kserve.io/deploymentMode": "RawDeployment",
+                                     "serving.kserve.io/autoscalerClass": "none"}},
+        "spec": {"predictor": {"model": model, "workerSpec": worker_spec}},
+    }
+
+
+def _worker(gpus: str) -> list:
+    return [{"name": "worker-container", "resources": {"requests": {"nvidia.com/gpu": gpus},
+                                                       "limits": {"nvidia.com/gpu": gpus}}}]
+
+
+@pytest.mark.parametrize("obj, workers, head_gpus, worker_gpus", [
+    # TP x PP GPUs over RAY_NODE_COUNT nodes (kserve components/predictor.go computeRayNodeAndGPUs);
+    # no GPU requests anywhere: one GPU per node, TP x PP nodes
+    pytest.param(_multinode({"pipelineParallelSize": 2, "tensorParallelSize": 1}), 1, 1, 1, id="docs-pp2"),
+    pytest.param(_multinode({"pipelineParallelSize": 2, "tensorParallelSize": 2}), 3, 1, 1, id="tp2-pp2"),
+    pytest.param(_multinode({}), 0, 1, 1, id="defaults-one-node"),   # TP and PP default to 1
+    # worker GPUs: ceil(total / worker GPUs) nodes, the head takes the rest
+    pytest.param(_multinode({"tensorParallelSize": 4, "containers": _worker("2")}), 1, 2, 2, id="tp4-workers-2gpu"),
+    # head and worker GPUs given: the head keeps its own
+    pytest.param(_multinode({"pipelineParallelSize": 2, "tensorParallelSize": 4, "containers": _worker("4")},
+                            {"nvidia.com/gpu": "4"}), 1, 4, 4, id="pp2-tp4-head-and-workers-4gpu"),
+    # the head alone can hold them all: no workers
+    pytest.param(_multinode({"tensorParallelSize": 2, "containers": _worker("1")}, {"nvidia.com/gpu": "2"}),
+                 0, 2, 0, id="head-holds-all"),
+    # head GPUs only: single-GPU workers for the rest
+    pytest.param(_multinode({"tensorParallelSize": 4}, {"nvidia.com/gpu": "2"}), 2, 2, 1, id="head-gpus-only"),
+])
+def test_inference_service_multi_node_gpus(catalog, obj, workers, head_gpus, worker_gpus):
+    views = {c.name: c for c in catalog.resolve(obj).components}
+    head, worker = views["predictor"], views["predictor-worker"]
+    assert (worker.replicas, worker.pods) == (workers, workers)
+    assert (head.per_pod.gpu, worker.per_pod.gpu) == (head_gpus, worker_gpus)
+    total = (obj["spec"]["predictor"]["workerSpec"].get("tensorParallelSize", 1)
+             * obj["spec"]["predictor"]["workerSpec"].get("pipelineParallelSize", 1))
+    assert head.total.gpu + worker.total.gpu == total
