@@ -20,6 +20,9 @@ from .statuses import as_text, match_statuses, resolve_status
 from .workloads import ComponentView, ResolvedWorkload
 
 
+MAX_COUNT = 2**31 - 1  # Kubernetes counts are int32; MaxInt32 is the usual "no maximum"
+
+
 class ResolveError(ValueError):
     """An object could not be resolved through a definition."""
 
@@ -91,7 +94,7 @@ class _Evaluation:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             self.fail(field, f"expected a count, got {as_text(value)!r}")
-        if value < minimum or value > 10**9:
+        if value < minimum or value > MAX_COUNT:
             self.fail(field, f"count {value!r} out of range")
         return int(value)
 

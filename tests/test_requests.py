@@ -346,7 +346,12 @@ def test_string_counts_are_read_as_integers():
     assert (v.replicas, v.pods) == (3, 3)
 
 
-@pytest.mark.parametrize("bad", [-1, "many", True, {"n": 1}])
+def test_counts_span_the_int32_range():
+    v = view(resolve(demo({"template": TEMPLATE, "replicas": 2**31 - 1}), SCALED), "workers")
+    assert v.replicas == 2**31 - 1
+
+
+@pytest.mark.parametrize("bad", [-1, 2**31, "many", True, {"n": 1}])
 def test_bad_counts_are_errors(bad):
     with pytest.raises(ResolveError) as info:
         resolve(demo({"template": TEMPLATE, "replicas": bad}), SCALED)
