@@ -3,7 +3,8 @@
 Per container, a resource's request defaults to its limit.  The pod needs
 max(Σ app containers + Σ restartable (sidecar) init containers,
     max over init containers i of (init_i + Σ sidecars started before i)),
-plus the pod's overhead.  GPUs are the sum of the resources whose names match
+plus the pod's overhead; pod-level CPU and memory requests (``spec.resources``)
+replace the containers' sum.  GPUs are the sum of the resources whose names match
 the configured GPU patterns (``nvidia.com/gpu``, ``nvidia.com/mig-*``,
 ``amd.com/gpu`` by default).
 """
@@ -131,10 +132,30 @@ def effective_request(spec, gpus: GpuMatcher = DEFAULT_GPUS, where: str = "spec"
     for k, v in init_peak.items():
         if v > total.get(k, 0):
             total[k] = v
+    _apply_pod_level(total, spec.get("resources"), where)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         _add_into(total, _container_request({"resources": {"requests": overhead}}, f"{where}.overhead"))
     return to_resources(total, gpus)
+
+
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+
+
+def _apply_pod_level(total: dict, resources, where: str) -> None:
+    """Pod-level requests (spec.resources, KEP-2837) replace the containers' sum for CPU and
+    memory; a pod-level limit stands in for a request no container makes (the API's defaulting)."""
+    if resources is None:
+        return
+    if not isinstance(resources, dict):
+        raise RequestError(f"{where}.resources: must be an object")
+    requests = _container_request({"resources": {"requests": resources.get("requests")}}, f"{where}")
+    limits = _container_request({"resources": {"limits": resources.get("limits")}}, f"{where}")
+    for name in POD_LEVEL_RESOURCES:
+        if name in requests:
+            total[name] = requests[name]
+        elif name in limits and not total.get(name):
+            total[name] = limits[name]
 
 
 def _from_milli(m: int):

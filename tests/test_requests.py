@@ -161,6 +161,27 @@ def test_pod_overhead_is_added():
     assert r.memory == Gi + 120 * Mi
 
 
+def test_pod_level_requests_replace_the_containers_sum():
+    # KEP-2837 (spec.resources): pod-level CPU and memory requests win; GPUs stay per container
+    spec = {"resources": {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}},
+            "containers": [container(requests={"cpu": "1", "nvidia.com/gpu": "1"}), container("b")],
+            "overhead": {"cpu": "250m"}}
+    r = effective_request(spec)
+    assert (r.cpu, r.memory, r.gpu) == (8.25, 32 * Gi, 1)
+
+
+def test_pod_level_limit_stands_in_for_a_request_no_container_makes():
+    spec = {"resources": {"limits": {"cpu": "16", "memory": "64Gi"}},
+            "containers": [container(requests={"memory": "1Gi"}), container("b")]}
+    r = effective_request(spec)
+    assert (r.cpu, r.memory) == (16, Gi)   # memory is requested by a container: its sum stands
+
+
+def test_bad_pod_level_quantity_names_the_field():
+    with pytest.raises(RequestError, match=r"spec.resources cpu"):
+        effective_request({"resources": {"requests": {"cpu": "lots"}}, "containers": [container()]})
+
+
 def test_gpu_resource_names_counted_by_default():
     spec = {"containers": [
         container("a", requests={"nvidia.com/gpu": "2"}),
