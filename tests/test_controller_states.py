@@ -164,3 +164,32 @@ def test_inference_service_multi_node_gpus(catalog, obj, workers, head_gpus, wor
     total = (obj["spec"]["predictor"]["workerSpec"].get("tensorParallelSize", 1)
              * obj["spec"]["predictor"]["workerSpec"].get("pipelineParallelSize", 1))
     assert head.total.gpu + worker.total.gpu == total
+
+
+def test_pod_with_a_crash_looping_sidecar_is_degraded(catalog):
+    # a restartable init container (sidecar, KEP-753) reports in initContainerStatuses
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "trainer-0", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000005"},
+           "spec": {"initContainers": [{"name": "log-shipper", "image": "fluent/fluent-bit:3.2", "restartPolicy": "Always"}],
+                    "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                                    "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+           "status": {"phase": "Running",
+                      "initContainerStatuses": [{"name": "log-shipper", "ready": False, "restartCount": 6,
+                                                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                      "containerStatuses": [{"name": "trainer", "ready": True, "restartCount": 0,
+                                             "state": {"running": {"startedAt": "2026-12-01T10:00:00Z"}}}]}}
+    assert catalog.resolve(pod).status == "Degraded"
+
+
+@pytest.mark.parametrize("active, pods", [(0, 2), (1, 2), (2, 4)])
+def test_cron_job_counts_every_run_in_progress(catalog, active, pods):
+    # concurrencyPolicy Allow (the default): runs overlap, each with its own Job (status.active)
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "nightly-eval", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000006"},
+            "spec": {"schedule": "*/30 * * * *", "jobTemplate": {"spec": {"parallelism": 2, "completions": 2,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [
+                         {"name": "eval", "image": "eval:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}},
+            "status": {"active": [{"kind": "Job", "namespace": "ml", "name": f"nightly-eval-2950{i}"}
+                                  for i in range(active)]}}
+    resolved = catalog.resolve(cron)
+    assert (resolved.pods, resolved.total.gpu) == (pods, pods)
