@@ -193,3 +193,41 @@ def test_cron_job_counts_every_run_in_progress(catalog, active, pods):
                                   for i in range(active)]}}
     resolved = catalog.resolve(cron)
     assert (resolved.pods, resolved.total.gpu) == (pods, pods)
+
+
+# -- pods as the controllers label them ------------------------------------------------------
+
+def _pod(name: str, labels: dict, owner: dict | None = None) -> dict:
+    meta = {"name": name, "namespace": "ml", "labels": labels}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "controller": True, **owner}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [{"name": "main"}]}}
+
+
+@pytest.mark.parametrize("definition, pod, expected", [
+    # KubeRay's Redis cleanup Job (GCS fault tolerance) is not the RayJob's submitter
+    # (raycluster_controller.go buildRedisCleanupJob)
+    ("rayjob", _pod("rc-redis-cleanup-x7k2p", {"ray.io/node-type": "redis-cleanup", "ray.io/cluster": "rc",
+                                               "batch.kubernetes.io/job-name": "rc-redis-cleanup",
+                                               "job-name": "rc-redis-cleanup"}), None),
+    ("rayjob", _pod("rayjob-sample-4gq2b", {"batch.kubernetes.io/job-name": "rayjob-sample",
+                                            "job-name": "rayjob-sample"}), ("submitter", None, None)),
+    # a Job with manualSelector gets no job-name labels: its controller reference tells
+    ("job", _pod("batch-run-9xk2p", {"app": "batch-run"}, {"kind": "Job", "name": "batch-run", "uid": "u1"}),
+     ("job", None, None)),
+    # MPIJob kubeflow.org/v1 (training-operator up to release-1.9) labels replica-type
+    ("mpijob", _pod("pi-launcher-abcde", {"training.kubeflow.org/job-name": "pi",
+                                          "training.kubeflow.org/replica-type": "launcher",
+                                          "training.kubeflow.org/job-role": "master"}), ("launcher", None, None)),
+    ("mpijob", _pod("pi-worker-1", {"training.kubeflow.org/job-name": "pi",
+                                    "training.kubeflow.org/replica-type": "worker",
+                                    "training.kubeflow.org/replica-index": "1"}), ("worker", None, "1")),
+    # PyTorchJob from training-operator v1.2/v1.3 (kubeflow/common v0.3): unprefixed labels
+    ("pytorchjob", _pod("mnist-worker-1", {"job-name": "mnist", "group-name": "kubeflow.org",
+                                           "replica-type": "worker", "replica-index": "1"}), ("worker", None, "1")),
+])
+def test_pod_membership(catalog, definition, pod, expected):
+    from workloadmap.catalog.pods import match_pod
+
+    got = match_pod(catalog.get(definition), pod)
+    assert (None if got is None else (got.component, got.instance, got.replica)) == expected
