@@ -457,3 +457,23 @@ def test_jobset_gang_min_member_does_not_depend_on_pod_order(catalog):
     for order in (pods[5:] + pods[:5], pods):   # first pod job-index 1, then job-index 0
         groups = gang_groups(catalog.get("jobset"), workload, order)
         assert [(g.key, len(g.pods), g.min_member) for g in groups] == [("llama-pretrain/0", 9, 9)]
+
+
+def test_multi_node_inference_service_is_one_gang_of_head_and_workers(catalog):
+    obj = example_objects("inferenceservice")["mixtral-multinode"]
+    workload = catalog.resolve(obj)
+    assert workload.pods == 2   # the head and RAY_NODE_COUNT - 1 = 1 worker
+
+    def pod(name, app, ray_env):
+        env = [{"name": "RAY_NODE_COUNT", "value": "2"}] if ray_env else []
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": obj["metadata"]["namespace"], "labels": {
+                    "serving.kserve.io/inferenceservice": "mixtral-multinode", "component": "predictor",
+                    "app": app}},
+                "spec": {"containers": [{"name": "kserve-container" if ray_env else "worker-container", "env": env}]}}
+
+    pods = [pod("mixtral-multinode-predictor-7d9c-abcde", "isvc.mixtral-multinode-predictor", True),
+            pod("mixtral-multinode-predictor-worker-5f6b-fghij", "isvc.mixtral-multinode-predictor-worker", False)]
+    groups = gang_groups(catalog.get("inferenceservice"), workload, pods)
+    # both pods are needed: the head's RAY_NODE_COUNT, which the gang filter reads, is in the resolved spec
+    assert [(g.key, len(g.pods), g.min_member) for g in groups] == [("mixtral-multinode", 2, 2)]
