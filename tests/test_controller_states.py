@@ -231,3 +231,21 @@ def test_pod_membership(catalog, definition, pod, expected):
 
     got = match_pod(catalog.get(definition), pod)
     assert (None if got is None else (got.component, got.instance, got.replica)) == expected
+
+
+@pytest.mark.parametrize("labels, hostname, replica", [
+    ({"grove.io/podclique-pod-index": "1"}, "disagg-llama-0-frontend-1", "1"),
+    ({}, "disagg-llama-0-frontend-1", "1"),   # Grove before v0.1.0-alpha.8: the hostname tells
+    ({}, None, None),
+])
+def test_grove_pod_index(catalog, labels, hostname, replica):
+    from workloadmap.catalog.pods import match_pod
+
+    pod = _pod("disagg-llama-0-frontend-x2x7b", {
+        "app.kubernetes.io/component": "pcs-podclique", "app.kubernetes.io/part-of": "disagg-llama",
+        "grove.io/podclique": "disagg-llama-0-frontend", "grove.io/podcliqueset-replica-index": "0",
+        "grove.io/podgang": "disagg-llama-0", **labels})
+    if hostname:
+        pod["spec"]["hostname"] = hostname
+    got = match_pod(catalog.get("podcliqueset"), pod)
+    assert (got.component, got.instance, got.replica) == ("clique", "frontend", replica)
