@@ -83,17 +83,26 @@ def _container_request(c, where: str) -> dict:
         return {}
     if not isinstance(res, dict):
         raise RequestError(f"{where}.resources: must be an object")
-    limits = res.get("limits") or {}
-    requests = res.get("requests") or {}
+    limits, requests = _requests_and_limits(res, f"{where}.resources")
+    return {**limits, **requests}
+
+
+def _requests_and_limits(resources: dict, where: str) -> tuple[dict, dict]:
+    """(limits, requests) of a ResourceRequirements, in milli-units per resource name."""
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
     if not isinstance(limits, dict) or not isinstance(requests, dict):
-        raise RequestError(f"{where}.resources: requests and limits must be objects")
-    out = dict(limits)
-    out.update(requests)
+        raise RequestError(f"{where}: requests and limits must be objects")
+    return _milli_values(limits, where), _milli_values(requests, where)
+
+
+def _milli_values(amounts: dict, where: str) -> dict:
+    out = {}
     try:
-        for name, value in out.items():
+        for name, value in amounts.items():
             out[name] = milli_value(value)
     except QuantityError as exc:
-        raise RequestError(f"{where}.resources {name}: {exc}") from None
+        raise RequestError(f"{where} {name}: {exc}") from None
     return out
 
 
@@ -135,7 +144,7 @@ def effective_request(spec, gpus: GpuMatcher = DEFAULT_GPUS, where: str = "spec"
     _apply_pod_level(total, spec.get("resources"), where)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        _add_into(total, _container_request({"resources": {"requests": overhead}}, f"{where}.overhead"))
+        _add_into(total, _milli_values(overhead, f"{where}.overhead.resources"))
     return to_resources(total, gpus)
 
 
@@ -149,8 +158,7 @@ def _apply_pod_level(total: dict, resources, where: str) -> None:
         return
     if not isinstance(resources, dict):
         raise RequestError(f"{where}.resources: must be an object")
-    requests = _container_request({"resources": {"requests": resources.get("requests")}}, f"{where}")
-    limits = _container_request({"resources": {"limits": resources.get("limits")}}, f"{where}")
+    limits, requests = _requests_and_limits(resources, f"{where}.resources")
     for name in POD_LEVEL_RESOURCES:
         if name in requests:
             total[name] = requests[name]
