@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .compiling import compile_definition
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.reading import reads
@@ -133,7 +134,6 @@ class Resolver:
         self.gpus = gpus
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
-        self._spec_only: dict[int, bool] = {}
 
     def _cache_key(self, definition: Definition, meta: dict):
         if not self.cache_size:
@@ -141,12 +141,82 @@ class Resolver:
         uid, generation = meta.get("uid"), meta.get("generation")
         if not isinstance(uid, str) or not isinstance(generation, int) or isinstance(generation, bool):
             return None
-        only = self._spec_only.get(id(definition))
+        only = definition.__dict__.get("_reads_only_spec")
         if only is None:
-            only = self._spec_only[id(definition)] = _reads_only_spec(definition)
+            only = definition.__dict__["_reads_only_spec"] = _reads_only_spec(definition)
         return (id(definition), uid, generation) if only else None
 
     def resolve(self, obj: dict, definition: Definition) -> ResolvedWorkload:
+        """The resolved workload, through the definition's generated code (compiling.py);
+        an object that code leaves aside is resolved the reference way, with the same result."""
+        compiled = _compiled(definition)
+        if compiled is None or obj.__class__ is not dict:
+            return self.reference(obj, definition)
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = {}
+        elif meta.__class__ is not dict:
+            return self.reference(obj, definition)
+        for key in ("name", "namespace", "uid", "creationTimestamp"):
+            if meta.get(key).__class__ not in _TEXT:
+                return self.reference(obj, definition)
+        if obj.get("apiVersion", "").__class__ is not str or obj.get("kind", "").__class__ is not str:
+            return self.reference(obj, definition)
+        try:
+            status, statuses, phase, conditions = compiled.status(obj)
+            key = self._cache_key(definition, meta)
+            cached = self._cache.get(key) if key is not None else None
+            if cached is None:
+                views = compiled.components(obj, self.gpus)
+                total = Resources()
+                pods = 0
+                for view in views:
+                    total.add(view.total)
+                    pods += view.pods
+                if key is not None:
+                    self._remember(key, (views, total, pods))
+            else:
+                self._cache.move_to_end(key)
+                views, total, pods = cached
+        except Exception:  # Bail, or anything odd: the reference decides (and names the error)
+            return self.reference(obj, definition)
+        return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
+
+    def _remember(self, key, entry):
+        self._cache[key] = entry
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    @staticmethod
+    def _workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods):
+        generation = meta.get("generation")
+        labels = meta.get("labels")
+        return ResolvedWorkload(
+            api_version=obj.get("apiVersion") or definition.gvk.api_version,
+            kind=obj.get("kind") or definition.gvk.kind,
+            namespace=meta.get("namespace"),
+            name=meta.get("name"),
+            uid=meta.get("uid"),
+            resource_version=as_text(meta.get("resourceVersion")),
+            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
+            creation_timestamp=as_text(meta.get("creationTimestamp")),
+            definition=definition.name,
+            origin=definition.origin,
+            framework=definition.framework,
+            status=status,
+            statuses=statuses,
+            phase=phase,
+            conditions=conditions,
+            components=views,
+            total=total,
+            pods=pods,
+            labels=labels if isinstance(labels, dict) else {},
+        )
+
+    def reference(self, obj: dict, definition: Definition) -> ResolvedWorkload:
+        """Resolution by walking the definition's model: the semantics the generated code
+        must reproduce, the resolver of what that code leaves aside, and the source of
+        every resolution error."""
         if not isinstance(obj, dict):
             raise ResolveError(definition.name, "", object_ref(obj), "an object must be a mapping")
         ev = _Evaluation(definition, obj)
@@ -175,34 +245,11 @@ class Resolver:
                     total.add(view.total)
                     pods += view.pods
             if key is not None:
-                self._cache[key] = (views, total, pods)
-                if len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                self._remember(key, (views, total, pods))
         else:
             self._cache.move_to_end(key)
             views, total, pods = cached
-        generation = meta.get("generation")
-        return ResolvedWorkload(
-            api_version=obj.get("apiVersion") or definition.gvk.api_version,
-            kind=obj.get("kind") or definition.gvk.kind,
-            namespace=meta.get("namespace"),
-            name=meta.get("name"),
-            uid=meta.get("uid"),
-            resource_version=as_text(meta.get("resourceVersion")),
-            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-            creation_timestamp=as_text(meta.get("creationTimestamp")),
-            definition=definition.name,
-            origin=definition.origin,
-            framework=definition.framework,
-            status=status,
-            statuses=statuses,
-            phase=phase,
-            conditions=conditions,
-            components=views,
-            total=total,
-            pods=pods,
-            labels=meta.get("labels") if isinstance(meta.get("labels"), dict) else {},
-        )
+        return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
 
     # -- status -------------------------------------------------------------
     def _status(self, ev: _Evaluation, comp: Component):
@@ -347,6 +394,19 @@ class Resolver:
             has_any = any(v is not None for v in got.values())
             out.append({"metadata": metadata, "spec": pod_spec} if has_any else None)
         return out
+
+
+_TEXT = (str, type(None))
+
+
+def _compiled(definition: Definition):
+    """The definition's generated code, compiled at its first object (kept on the definition,
+    so a replaced definition never meets the code of its predecessor)."""
+    try:
+        return definition.__dict__["_compiled"]
+    except KeyError:
+        compiled = definition.__dict__["_compiled"] = compile_definition(definition)
+        return compiled
 
 
 DEFAULT_RESOLVER = Resolver()

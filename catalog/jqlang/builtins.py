@@ -24,6 +24,9 @@ BUILTINS: dict = {}
 # argument has exactly one output (see Compiler.one)
 ONE_BUILTINS: dict = {}
 # builtins whose generator form always returns a 1-tuple, whatever their arguments
+# (name, arity) -> f(input) or f(input, argument): the plain functions behind value0/value1
+# builtins, which generated code (generating.py) calls directly
+VALUE_FUNCTIONS: dict = {}
 ONE_VIA_GEN = {"map", "map_values", "with_entries", "isempty", "any", "all",
                "sort_by", "group_by", "unique_by", "min_by", "max_by"}
 
@@ -40,6 +43,7 @@ def value0(name):
     def deco(f):
         BUILTINS[(name, 0)] = lambda c, args, nodes: (lambda inp, env: (f(inp),))
         ONE_BUILTINS[(name, 0)] = lambda c, ones: (lambda inp, env: f(inp))
+        VALUE_FUNCTIONS[(name, 0)] = f
         return f
     return deco
 
@@ -60,6 +64,7 @@ def value1(name):
             (arg,) = ones
             return lambda inp, env: f(inp, arg(inp, env))
         ONE_BUILTINS[(name, 1)] = one_factory
+        VALUE_FUNCTIONS[(name, 1)] = f
         return f
     return deco
 

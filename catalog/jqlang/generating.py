@@ -1,0 +1,651 @@
+"""Generating Python code from jq programs: straight-line code instead of closures.
+
+The closures of ``evaluating.py`` cost a Python call per AST node and a
+generator per multi-output node.  A definition is read on every event of the
+pipeline, so its programs are also turned into Python *code*: this module
+builds, from the parsed jq AST, a Python ``ast`` of statements and
+expressions (``dict.get`` chains, conditional expressions, plain ``for``
+loops) that compute the same outputs, and ``catalog/compiling.py`` assembles
+the programs of one definition into one function per definition.
+
+Safety: nothing of a definition's text ever becomes Python source.  The code
+is an AST built node by node here; strings and numbers of a definition enter
+it only as ``ast.Constant`` values, and other values (list and object
+literals, the reference programs) as names bound in the function's namespace.
+
+Exactness: generated code computes exactly what the closures compute, or
+gives up by raising :class:`Bail`, and the caller then evaluates the
+reference way.  It gives up on every error (jq's errors and ours, so the
+messages and the bounds are the reference's own), on evaluations that reach
+the step count where the reference budget would first consult its clock
+(:data:`STEP_LIMIT`), and on reads of paths it evaluated ahead of need that
+would have failed.  Constructs it does not generate (``reduce``, ``try``,
+most generator builtins) leave their whole program to the reference
+evaluation (:class:`Unsupported` from here).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+from .builtins import VALUE_FUNCTIONS, _test
+from .errors import JqRuntimeError, Unsupported
+from .evaluating import Budget, Compiler, _index, _iterate, _negate, _slice
+from .values import MAX_SIZE, compare, jq_add, jq_div, jq_mod, jq_mul, jq_sub, normalize_number, tostring
+
+# The reference budget consults its clock (and could raise) only once this many steps are
+# ticked; below it, evaluation is deterministic, so generated code that stops here is exact.
+STEP_LIMIT = Budget.CHECK_EVERY
+
+
+class Bail(Exception):
+    """Generated code met a case it leaves to the reference evaluation."""
+
+
+def _bail(*_):
+    raise Bail
+
+
+def _get(value, key):
+    """`.key` of a non-object: null on null; anything else is an error (left to the reference)."""
+    if value is None:
+        return None
+    raise Bail
+
+
+def _iterate_opt(value):
+    """`.[]?`'s items, or None where `.[]` would fail."""
+    if value.__class__ is list:
+        return value
+    if value.__class__ is dict:
+        return list(value.values())
+    return None
+
+
+def _index_opt(container, key, missing):
+    """`.[key]?`: the value, or `missing` where `.[key]` would fail (as the closures, only
+    jq's own errors are caught)."""
+    try:
+        return _index(container, key)
+    except JqRuntimeError:
+        return missing
+
+
+def _key(k):
+    if k.__class__ is not str:
+        raise Bail
+    return k
+
+
+def _interp(*parts):
+    out = "".join(p if p.__class__ is str else tostring(p) for p in parts)
+    if len(out) > MAX_SIZE:
+        raise Bail
+    return out
+
+
+def _is_number(v):
+    """A number Python compares as jq does (NaN is not: jq's ordering puts it equal to all)."""
+    return v.__class__ is int or (v.__class__ is float and v == v)
+
+
+def _lt(a, b):
+    return compare(a, b) < 0
+
+
+def _le(a, b):
+    return compare(a, b) <= 0
+
+
+def _gt(a, b):
+    return compare(a, b) > 0
+
+
+def _ge(a, b):
+    return compare(a, b) >= 0
+
+
+def _eq(a, b):
+    return compare(a, b) == 0
+
+
+def _ne(a, b):
+    return compare(a, b) != 0
+
+
+RUNTIME = {
+    "_Bail": Bail, "_bail": _bail, "_get": _get, "_index": _index, "_iterate": _iterate,
+    "_iterate_opt": _iterate_opt, "_index_opt": _index_opt, "_key": _key, "_interp": _interp,
+    "_negate": _negate, "_slice": _slice, "_norm": normalize_number, "_test": _test,
+    "_is_number": _is_number, "_lt": _lt, "_le": _le, "_gt": _gt, "_ge": _ge, "_eq": _eq, "_ne": _ne,
+    "_add": jq_add, "_sub": jq_sub, "_mul": jq_mul, "_div": jq_div, "_mod": jq_mod,
+}
+_ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
+_COMPARE = {"==": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
+_PY_COMPARE = {"==": ast.Eq, "!=": ast.NotEq, "<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}
+_MISSING = object()
+RUNTIME["_MISSING"] = _MISSING
+
+
+# -- small AST builders (our own code shapes only; values enter as constants) -------------------
+def name(id_: str) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Load())
+
+
+def store(id_: str) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store())
+
+
+def const(value) -> ast.Constant:
+    return ast.Constant(value=value)
+
+
+def call(fn: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=name(fn), args=list(args), keywords=[])
+
+
+def method(obj: ast.expr, meth: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Attribute(value=obj, attr=meth, ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def assign(target: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[store(target)], value=value, lineno=0)
+
+
+def is_(a: ast.expr, b: ast.expr) -> ast.Compare:
+    return ast.Compare(left=a, ops=[ast.Is()], comparators=[b])
+
+
+def is_not(a: ast.expr, b: ast.expr) -> ast.Compare:
+    return ast.Compare(left=a, ops=[ast.IsNot()], comparators=[b])
+
+
+def class_of(e: ast.expr) -> ast.Attribute:
+    return ast.Attribute(value=e, attr="__class__", ctx=ast.Load())
+
+
+def truthy(e: ast.expr) -> ast.expr:
+    """jq truthiness of a *simple* expression (a name or a constant): not null and not false."""
+    return ast.BoolOp(op=ast.And(), values=[is_not(e, const(None)), is_not(e, const(False))])
+
+
+def falsy(e: ast.expr) -> ast.expr:
+    return ast.BoolOp(op=ast.Or(), values=[is_(e, const(None)), is_(e, const(False))])
+
+
+def if_(test: ast.expr, body: list, orelse: list | None = None) -> ast.If:
+    return ast.If(test=test, body=body or [ast.Pass()], orelse=orelse or [])
+
+
+def for_(target: str, iterable: ast.expr, body: list) -> ast.For:
+    return ast.For(target=store(target), iter=iterable, body=body or [ast.Pass()], orelse=[], lineno=0)
+
+
+def raise_bail() -> ast.Raise:
+    return ast.Raise(exc=name("_Bail"), cause=None)
+
+
+def simple(e: ast.expr) -> bool:
+    return isinstance(e, (ast.Name, ast.Constant))
+
+
+SMALL_CONTINUATION = 40   # AST nodes a continuation may have and still be written out twice
+MAX_PROGRAM_NODES = 20_000  # larger generated programs are left to the reference closures
+
+
+def _size(stmts) -> int:
+    return sum(1 for stmt in stmts for _ in ast.walk(stmt))
+
+
+class ProgramCode:
+    """A program as code: run `stmts`, then `value` is its single output (`one`) or the
+    name of the list of its outputs."""
+
+    __slots__ = ("stmts", "value", "one")
+
+    def __init__(self, stmts: list, value: ast.expr, one: bool):
+        self.stmts = stmts
+        self.value = value
+        self.one = one
+
+
+class Generator:
+    """Builds the code of jq programs that all read one input, the root object.
+
+    Paths of plain object keys from the root (``.spec.components.proxy``) are
+    read once per function, whatever program and branch reads them: they are
+    collected here and evaluated in the function's prologue (:meth:`prologue`).
+    """
+
+    def __init__(self, namespace: dict, root: str = "obj"):
+        self.ns = namespace
+        self.ns.update(RUNTIME)
+        self.ns.update({f"_f_{n}_{a}": f for (n, a), f in VALUE_FUNCTIONS.items()})
+        self.root = root
+        self._n = 0
+        self.paths: dict[tuple, str] = {}
+        self._steps = None
+        from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
+
+        # only to know which nodes the reference runs as one-output forms
+        self._oracle = Compiler(BUILTINS, ONE_BUILTINS, ONE_VIA_GEN)
+
+    # -- helpers -------------------------------------------------------------------------
+    def tmp(self, prefix: str = "t") -> str:
+        self._n += 1
+        return f"_{prefix}{self._n}"
+
+    def bind_const(self, value) -> ast.expr:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return const(value)
+        key = self.tmp("k")
+        self.ns[key] = value   # list/object literals: shared, never mutated (as the closures share them)
+        return name(key)
+
+    def _tick(self, amount: ast.expr) -> list:
+        s = self._steps
+        return [ast.AugAssign(target=store(s), op=ast.Add(), value=amount),
+                if_(ast.Compare(left=name(s), ops=[ast.GtE()], comparators=[const(STEP_LIMIT)]), [raise_bail()])]
+
+    def _simple(self, stmts: list, e: ast.expr) -> ast.expr:
+        """`e` as a name or constant (binding it to a temporary in `stmts` if needed)."""
+        if simple(e):
+            return e
+        t = self.tmp()
+        stmts.append(assign(t, e))
+        return name(t)
+
+    def is_one(self, node) -> bool:
+        return self._oracle.one(node) is not None
+
+    # -- programs ------------------------------------------------------------------------
+    def program(self, program, inp: ast.expr | None = None) -> ProgramCode:
+        """Code for one compiled Program on the root (or `inp`); Unsupported if not generated."""
+        from .parsing import parse
+
+        if not program.native:
+            raise Unsupported("not in the native subset")
+        node = parse(program.source)
+        inp = inp if inp is not None else name(self.root)
+        self._steps = self.tmp("s")
+        stmts: list = [assign(self._steps, const(0))]
+        if program._one is not None:
+            value = self.value(node, inp, {}, stmts)
+            if _size(stmts) > MAX_PROGRAM_NODES:
+                raise Unsupported("generated code too large")
+            if self._may_be_float(node):
+                v = self._simple(stmts, value)
+                value = ast.IfExp(test=is_(class_of(v), name("float")), body=call("_norm", v), orelse=v)
+            return ProgramCode(stmts, value, True)
+        out = self.tmp("o")
+        stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
+
+        def emit(v):
+            return [ast.Expr(value=method(name(out), "append", ast.IfExp(
+                test=is_(class_of(v), name("float")), body=call("_norm", v), orelse=v)))]
+        stmts += self.each(node, inp, {}, emit)
+        if _size(stmts) > MAX_PROGRAM_NODES:
+            raise Unsupported("generated code too large")
+        return ProgramCode(stmts, name(out), False)
+
+    @staticmethod
+    def _may_be_float(node) -> bool:
+        tag = node[0]
+        if tag == "lit":
+            return isinstance(node[1], float)
+        if tag in ("and", "or", "array", "object", "interp"):
+            return False
+        if tag == "binop" and node[1] in _COMPARE:
+            return False
+        return True
+
+    def prologue(self) -> list:
+        """Statements reading every collected root path once, parents first."""
+        out = []
+        for chain in sorted(self.paths, key=len):
+            parent = name(self.root) if len(chain) == 1 else name(self.paths[chain[:-1]])
+            key = const(chain[-1])
+            out.append(assign(self.paths[chain], ast.IfExp(
+                test=is_(class_of(parent), name("dict")), body=method(parent, "get", key),
+                orelse=call("_get", parent, key))))
+        return out
+
+    def _root_path(self, node, inp: ast.expr):
+        """The hoisted local of `.a.b.c` on the root input, or None."""
+        if not (isinstance(inp, ast.Name) and inp.id == self.root):
+            return None
+        keys = []
+        while node[0] == "index" and node[2][0] == "lit" and isinstance(node[2][1], str):
+            keys.append(node[2][1])
+            node = node[1]
+        if node != ("identity",) or not keys:
+            return None
+        chain = tuple(reversed(keys))
+        for i in range(1, len(chain) + 1):
+            if chain[:i] not in self.paths:
+                self.paths[chain[:i]] = self.tmp("p")
+        return name(self.paths[chain])
+
+    # -- one-output nodes ------------------------------------------------------------------
+    def value(self, node, inp: ast.expr, scope: dict, stmts: list) -> ast.expr:
+        """An expression of the single output of `node` on `inp` (a simple expression);
+        statements it needs first are appended to `stmts`."""
+        if not self.is_one(node):
+            raise Unsupported("a generator where one output is needed")
+        tag = node[0]
+        handler = getattr(self, "v_" + tag, None)
+        if handler is None:
+            raise Unsupported(tag)
+        return handler(node, inp, scope, stmts)
+
+    def v_identity(self, node, inp, scope, stmts):
+        return inp
+
+    def v_lit(self, node, inp, scope, stmts):
+        return self.bind_const(node[1])
+
+    def v_var(self, node, inp, scope, stmts):
+        if node[1] not in scope:
+            raise Unsupported(f"${node[1]} is not bound")
+        return name(scope[node[1]])
+
+    def v_index(self, node, inp, scope, stmts):
+        hoisted = self._root_path(node, inp)
+        if hoisted is not None:
+            return hoisted
+        base = self._simple(stmts, self.value(node[1], inp, scope, stmts))
+        if node[2][0] == "lit" and isinstance(node[2][1], str):
+            key = const(node[2][1])
+            return ast.IfExp(test=is_(class_of(base), name("dict")), body=method(base, "get", key),
+                             orelse=call("_index", base, key))
+        key = self.value(node[2], inp, scope, stmts)
+        return call("_index", base, key)
+
+    def v_slice(self, node, inp, scope, stmts):
+        base = self.value(node[1], inp, scope, stmts)
+        lo = self.value(node[2], inp, scope, stmts) if node[2] is not None else const(None)
+        hi = self.value(node[3], inp, scope, stmts) if node[3] is not None else const(None)
+        return call("_slice", base, lo, hi)
+
+    def v_pipe(self, node, inp, scope, stmts):
+        mid = self._simple(stmts, self.value(node[1], inp, scope, stmts))
+        return self.value(node[2], mid, scope, stmts)
+
+    def _branch(self, node, inp, scope) -> tuple[list, ast.expr]:
+        inner: list = []
+        return inner, self.value(node, inp, scope, inner)
+
+    def v_alt(self, node, inp, scope, stmts):
+        left = self._simple(stmts, self.value(node[1], inp, scope, stmts))
+        rs, right = self._branch(node[2], inp, scope)
+        if not rs:
+            return ast.IfExp(test=truthy(left), body=left, orelse=right)
+        t = self.tmp()
+        stmts.append(assign(t, left))
+        stmts.append(if_(falsy(name(t)), rs + [assign(t, right)]))
+        return name(t)
+
+    def _logic(self, node, inp, scope, stmts, is_and: bool):
+        left = self._simple(stmts, self.value(node[1], inp, scope, stmts))
+        rs, right = self._branch(node[2], inp, scope)
+        t = self.tmp()
+        stmts.append(assign(t, truthy(left)))
+        rs = list(rs)
+        r = self._simple(rs, right)
+        rs.append(assign(t, truthy(r)))
+        stmts.append(if_(name(t) if is_and else ast.UnaryOp(op=ast.Not(), operand=name(t)), rs))
+        return name(t)
+
+    def v_and(self, node, inp, scope, stmts):
+        return self._logic(node, inp, scope, stmts, True)
+
+    def v_or(self, node, inp, scope, stmts):
+        return self._logic(node, inp, scope, stmts, False)
+
+    def v_neg(self, node, inp, scope, stmts):
+        return call("_negate", self.value(node[1], inp, scope, stmts))
+
+    def v_binop(self, node, inp, scope, stmts):
+        op = node[1]
+        right = self._simple(stmts, self.value(node[3], inp, scope, stmts))
+        left = self._simple(stmts, self.value(node[2], inp, scope, stmts))
+        if op in _ARITH:
+            return call(_ARITH[op], left, right)
+        lit = right if isinstance(right, ast.Constant) else left if isinstance(left, ast.Constant) else None
+        other = left if lit is right else right
+        if lit is not None and op in ("==", "!="):
+            v = lit.value
+            if v is None or isinstance(v, bool):
+                test = is_(other, lit)   # null/true/false equal only themselves
+            elif isinstance(v, str):
+                test = ast.Compare(left=other, ops=[ast.Eq()], comparators=[lit])  # str == str only
+            else:
+                test = None
+            if test is not None:
+                return test if op == "==" else ast.UnaryOp(op=ast.Not(), operand=test)
+        if lit is not None and isinstance(lit.value, (int, float)) and not isinstance(lit.value, bool) \
+                and not (isinstance(lit.value, float) and math.isnan(lit.value)):
+            # numbers compare as numbers; anything else by jq's ordering
+            num = ast.Compare(left=left, ops=[_PY_COMPARE[op]()], comparators=[right])
+            return ast.IfExp(test=call("_is_number", other), body=num, orelse=call(_COMPARE[op], left, right))
+        return call(_COMPARE[op], left, right)
+
+    def v_array(self, node, inp, scope, stmts):
+        out = self.tmp("a")
+        stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
+        stmts += self.each(node[1], inp, scope, lambda v: [ast.Expr(value=method(name(out), "append", v))])
+        stmts += self._tick(ast.BinOp(left=call("len", name(out)), op=ast.Add(), right=const(1)))
+        return name(out)
+
+    def v_object(self, node, inp, scope, stmts):
+        keys, values = [], []
+        for k, v in node[1]:
+            if k[0] == "lit" and isinstance(k[1], str):
+                keys.append(const(k[1]))
+            else:
+                keys.append(call("_key", self._simple(stmts, self.value(k, inp, scope, stmts))))
+            values.append(self._simple(stmts, self.value(v, inp, scope, stmts)))
+        return ast.Dict(keys=keys, values=values)
+
+    def v_interp(self, node, inp, scope, stmts):
+        parts = [const(p) if isinstance(p, str) else self._simple(stmts, self.value(p, inp, scope, stmts))
+                 for p in node[1]]
+        return call("_interp", *parts)
+
+    def v_if(self, node, inp, scope, stmts):
+        cond = self._simple(stmts, self.value(node[1], inp, scope, stmts))
+        ts, then = self._branch(node[2], inp, scope)
+        if node[3] is not None:
+            es, other = self._branch(node[3], inp, scope)
+        else:
+            es, other = [], inp
+        if not ts and not es:
+            return ast.IfExp(test=truthy(cond), body=then, orelse=other)
+        t = self.tmp()
+        stmts.append(if_(truthy(cond), ts + [assign(t, then)], es + [assign(t, other)]))
+        return name(t)
+
+    def v_as(self, node, inp, scope, stmts):
+        v = self.tmp("v")
+        stmts.append(assign(v, self.value(node[1], inp, scope, stmts)))
+        return self.value(node[3], inp, {**scope, node[2]: v}, stmts)
+
+    def v_call(self, node, inp, scope, stmts):
+        fname, args = node[1], node[2]
+        key = (fname, len(args))
+        if key in VALUE_FUNCTIONS:
+            vals = [self._simple(stmts, self.value(a, inp, scope, stmts)) for a in args]
+            return call(f"_f_{fname}_{len(args)}", inp, *vals)
+        if key == ("test", 2):
+            vals = [self._simple(stmts, self.value(a, inp, scope, stmts)) for a in args]
+            return call("_test", inp, *vals)
+        if key == ("map", 1):
+            out, item = self.tmp("a"), self.tmp("i")
+            stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
+            body = self._tick(const(1)) + self.each(
+                args[0], name(item), scope, lambda v: [ast.Expr(value=method(name(out), "append", v))])
+            stmts.append(for_(item, call("_iterate", inp), body))
+            return name(out)
+        if key in (("any", 1), ("all", 1)):
+            is_any = fname == "any"
+            if not self.is_one(args[0]):
+                raise Unsupported(f"{fname} with a generator condition")
+            out, item = self.tmp(), self.tmp("i")
+            stmts.append(assign(out, const(not is_any)))
+            body: list = []
+            ok = self._simple(body, self.value(args[0], name(item), scope, body))
+            hit = truthy(ok) if is_any else falsy(ok)
+            body.append(if_(hit, [assign(out, const(is_any)), ast.Break()]))
+            stmts.append(for_(item, call("_iterate", inp), body))
+            return name(out)
+        raise Unsupported(f"{fname}/{len(args)}")
+
+    # -- generator nodes ------------------------------------------------------------------
+    def each(self, node, inp: ast.expr, scope: dict, emit) -> list:
+        """Statements that run `emit(output)` for every output of `node`, in jq's order."""
+        if self.is_one(node):
+            stmts: list = []
+            v = self._simple(stmts, self.value(node, inp, scope, stmts))
+            return stmts + emit(v)
+        handler = getattr(self, "g_" + node[0], None)
+        if handler is None:
+            raise Unsupported(node[0])
+        return handler(node, inp, scope, emit)
+
+    def _bound(self, emit):
+        """An emit that binds its value to a fresh name first (so it can be used twice)."""
+        def bound(v):
+            if simple(v):
+                return emit(v)
+            t = self.tmp()
+            return [assign(t, v)] + emit(name(t))
+        return bound
+
+    def _shared(self, emit, build) -> list:
+        """`build(emit)` for a construct that emits from several places.  The continuation is
+        generated once: a small one is written out at each place, a large one once, over the
+        outputs collected first (so nested `(.,.)` grow the code linearly, not exponentially).
+        Every generator we generate is consumed in full by its consumer, so collecting first
+        changes neither the outputs nor, short of an error, the steps counted."""
+        x = self.tmp("x")
+        cont = emit(name(x))
+        if _size(cont) <= SMALL_CONTINUATION:
+            return build(lambda v: [assign(x, v)] + cont)
+        out = self.tmp("a")
+        return [assign(out, ast.List(elts=[], ctx=ast.Load()))] + \
+            build(lambda v: [ast.Expr(value=method(name(out), "append", v))]) + \
+            [for_(x, name(out), cont)]
+
+    def g_pipe(self, node, inp, scope, emit):
+        return self.each(node[1], inp, scope, self._bound(lambda mid: self.each(node[2], mid, scope, emit)))
+
+    def g_comma(self, node, inp, scope, emit):
+        return self._tick(const(1)) + self._shared(emit, lambda e: (
+            self.each(node[1], inp, scope, e) + self.each(node[2], inp, scope, e)))
+
+    def g_iter(self, node, inp, scope, emit):
+        def over(base):
+            items, item = self.tmp("l"), self.tmp("i")
+            return [assign(items, call("_iterate", base))] + \
+                self._tick(ast.BinOp(left=call("len", name(items)), op=ast.Add(), right=const(1))) + \
+                [for_(item, name(items), emit(name(item)))]
+        return self.each(node[1], inp, scope, self._bound(over))
+
+    def g_opt(self, node, inp, scope, emit):
+        inner = node[1]
+        if inner[0] == "iter":
+            def over(base):
+                items, item = self.tmp("l"), self.tmp("i")
+                return [assign(items, call("_iterate_opt", base)), if_(
+                    is_not(name(items), const(None)),
+                    self._tick(ast.BinOp(left=call("len", name(items)), op=ast.Add(), right=const(1)))
+                    + [for_(item, name(items), emit(name(item)))])]
+            return self.each(inner[1], inp, scope, self._bound(over))
+        if inner[0] == "index":
+            def with_key(k):
+                def on(base):
+                    t = self.tmp()
+                    return [assign(t, call("_index_opt", base, k, name("_MISSING"))),
+                            if_(is_not(name(t), name("_MISSING")), emit(name(t)))]
+                return self.each(inner[1], inp, scope, self._bound(on))
+            return self.each(inner[2], inp, scope, self._bound(with_key))
+        raise Unsupported("opt of " + inner[0])
+
+    def g_call(self, node, inp, scope, emit):
+        fname, args = node[1], node[2]
+        if (fname, len(args)) == ("empty", 0):
+            return []
+        if (fname, len(args)) == ("select", 1):
+            return self.each(args[0], inp, scope, lambda c: [if_(truthy(c), emit(inp))])
+        raise Unsupported(f"generator {fname}/{len(args)}")
+
+    def g_as(self, node, inp, scope, emit):
+        def body(v):
+            var = self.tmp("v")
+            return [assign(var, v)] + self.each(node[3], inp, {**scope, node[2]: var}, emit)
+        return self.each(node[1], inp, scope, body)
+
+    def g_if(self, node, inp, scope, emit):
+        def branch(c, e):
+            then = self.each(node[2], inp, scope, e)
+            other = self.each(node[3], inp, scope, e) if node[3] is not None else e(inp)
+            return [if_(truthy(c), then, other)]
+        return self._shared(emit, lambda e: self.each(node[1], inp, scope, self._bound(lambda c: branch(c, e))))
+
+    def g_index(self, node, inp, scope, emit):
+        def with_key(k):
+            return self.each(node[1], inp, scope, self._bound(lambda base: emit(call("_index", base, k))))
+        return self.each(node[2], inp, scope, self._bound(with_key))
+
+    def g_alt(self, node, inp, scope, emit):
+        def build(e):
+            found, item = self.tmp("a"), self.tmp("i")
+            stmts = [assign(found, ast.List(elts=[], ctx=ast.Load()))]
+            stmts += self.each(node[1], inp, scope,
+                               lambda v: [if_(truthy(v), [ast.Expr(value=method(name(found), "append", v))])])
+            stmts.append(if_(name(found), [for_(item, name(found), e(name(item)))],
+                             self.each(node[2], inp, scope, e)))
+            return stmts
+        return self._shared(emit, build)
+
+    def g_binop(self, node, inp, scope, emit):
+        op = node[1]
+        fn = _ARITH.get(op) or _COMPARE[op]
+
+        def with_right(b):
+            return self.each(node[2], inp, scope, self._bound(lambda a: emit(call(fn, a, b))))
+        return self.each(node[3], inp, scope, self._bound(with_right))
+
+    def g_neg(self, node, inp, scope, emit):
+        return self.each(node[1], inp, scope, lambda v: emit(call("_negate", v)))
+
+    def _g_logic(self, node, inp, scope, emit, is_and):
+        def build(e):
+            def with_left(lv):
+                right = self.each(node[2], inp, scope, self._bound(lambda rv: e(truthy(rv))))
+                short = e(const(not is_and))
+                return [if_(truthy(lv) if is_and else falsy(lv), right, short)]
+            return self.each(node[1], inp, scope, self._bound(with_left))
+        return self._shared(emit, build)
+
+    def g_and(self, node, inp, scope, emit):
+        return self._g_logic(node, inp, scope, emit, True)
+
+    def g_or(self, node, inp, scope, emit):
+        return self._g_logic(node, inp, scope, emit, False)
+
+
+def build_function(fn_name: str, args: list[str], body: list, namespace: dict):
+    """Compile a function from statements we built; returns the function object."""
+    fn = ast.FunctionDef(
+        name=fn_name, args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in args], vararg=None,
+                                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body or [ast.Pass()], decorator_list=[], returns=None, lineno=0)
+    module = ast.Module(body=[fn], type_ignores=[])
+    ast.fix_missing_locations(module)
+    code = compile(module, f"<workloadmap generated {fn_name}>", "exec")
+    scope = dict(namespace)
+    scope["__builtins__"] = {"len": len, "dict": dict, "float": float, "list": list, "str": str, "zip": zip}
+    exec(code, scope)  # noqa: S102 - code built from our own AST nodes, never from text
+    return scope[fn_name]
