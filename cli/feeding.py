@@ -123,7 +123,7 @@ def reading_warehouse(path, filters: Filters = Filters(), *, since: datetime | N
                 rows = run_query(conn, "transitions_feed", after_row=after_row, since=since,
                                  **filters.params()).dicts()
                 # the cursor moves past every row, matching or not
-                top = conn.execute("SELECT max(rowid) FROM transitions").fetchone()[0]
+                top = run_query(conn, "transitions_last_row").rows[0][0]
             finally:
                 conn.close()
             if top is not None:

@@ -331,28 +331,17 @@ def demo_summary(cur):
     """Capacity now and GPU-hours per framework, as rich tables."""
     from rich.table import Table
 
-    now = cur.execute("""
-        SELECT cluster,
-               count(*) AS workloads,
-               sum(gpus) FILTER (WHERE status IN ('Running', 'Degraded')) AS running,
-               sum(gpus) FILTER (WHERE status = 'Initializing') AS starting,
-               sum(gpus) FILTER (WHERE status IN ('Suspended', 'Suspending')) AS queued,
-               sum(gpus) AS requested
-        FROM current_workloads GROUP BY cluster ORDER BY cluster""").fetchall()
+    from workloadmap.warehouse.querying import run_query
+
     capacity = Table(title="GPU demand at the end of the history", box=None, header_style="bold")
     for col in ("CLUSTER", "WORKLOADS", "RUNNING", "STARTING", "QUEUED", "ALL STATES"):
         capacity.add_column(col, justify="left" if col == "CLUSTER" else "right")
-    for row in now:
+    for row in run_query(cur, "demand_by_cluster").rows:
         capacity.add_row(row[0], str(row[1]), *(f"{v or 0:g}" for v in row[2:]))
-    hours = cur.execute("""
-        SELECT framework, round(sum(gpus * epoch(coalesce(valid_to, last) - valid_from)) / 3600, 1) AS gpu_hours
-        FROM status_intervals, (SELECT max(observed_at) AS last FROM workload_states)
-        WHERE status IN ('Running', 'Degraded')
-        GROUP BY framework ORDER BY gpu_hours DESC""").fetchall()
     usage = Table(title="GPU-hours while Running or Degraded, by framework", box=None, header_style="bold")
     usage.add_column("FRAMEWORK")
     usage.add_column("GPU-HOURS", justify="right")
-    for framework, gpu_hours in hours:
+    for framework, gpu_hours in run_query(cur, "gpu_hours_by_framework").rows:
         usage.add_row(framework, f"{gpu_hours:,.1f}")
     return [("capacity", capacity), ("usage", usage)]
 
