@@ -414,6 +414,8 @@ class Generator:
             return call(_ARITH[op], left, right)
         lit = right if isinstance(right, ast.Constant) else left if isinstance(left, ast.Constant) else None
         other = left if lit is right else right
+        if isinstance(other, ast.Constant):
+            return call(_COMPARE[op], left, right)  # two literals: rare, and Python warns on `1 is None`
         if lit is not None and op in ("==", "!="):
             v = lit.value
             if v is None or isinstance(v, bool):
