@@ -85,6 +85,38 @@ def _interp(*parts):
     return out
 
 
+def _objects(*columns):
+    """Every object of an object construction: columns are the outputs of key 1, value 1,
+    key 2, value 2, ...; the product in the closures' order."""
+    results = [{}]
+    for i in range(0, len(columns), 2):
+        keys, values = columns[i], columns[i + 1]
+        for k in keys:
+            if k.__class__ is not str:
+                raise Bail
+        grown = []
+        for partial in results:
+            for k in keys:
+                for v in values:
+                    obj = dict(partial)
+                    obj[k] = v
+                    grown.append(obj)
+        results = grown
+        if len(results) >= STEP_LIMIT:
+            raise Bail
+    return results
+
+
+def _combinations(*columns):
+    """The steps the closures tick building those objects: one per partial object grown."""
+    half = len(columns) // 2
+    ticks, count = 0, 1
+    for keys, values in zip(columns[:half], columns[half:]):
+        count *= len(keys) * len(values)
+        ticks += count
+    return ticks
+
+
 def _is_number(v):
     """A number Python compares as jq does (NaN is not: jq's ordering puts it equal to all)."""
     return v.__class__ is int or (v.__class__ is float and v == v)
@@ -118,7 +150,7 @@ RUNTIME = {
     "_Bail": Bail, "_bail": _bail, "_get": _get, "_index": _index, "_iterate": _iterate,
     "_iterate_opt": _iterate_opt, "_index_opt": _index_opt, "_key": _key, "_interp": _interp,
     "_negate": _negate, "_slice": _slice, "_norm": normalize_number, "_test": _test,
-    "_is_number": _is_number, "_lt": _lt, "_le": _le, "_gt": _gt, "_ge": _ge, "_eq": _eq, "_ne": _ne,
+    "_objects": _objects, "_combinations": _combinations, "_is_number": _is_number, "_lt": _lt, "_le": _le, "_gt": _gt, "_ge": _ge, "_eq": _eq, "_ne": _ne,
     "_add": jq_add, "_sub": jq_sub, "_mul": jq_mul, "_div": jq_div, "_mod": jq_mod,
 }
 _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
@@ -489,6 +521,14 @@ class Generator:
                 args[0], name(item), scope, lambda v: [ast.Expr(value=method(name(out), "append", v))])
             stmts.append(for_(item, call("_iterate", inp), body))
             return name(out)
+        if key == ("with_entries", 1):
+            entries, mapped, item = self.tmp("l"), self.tmp("a"), self.tmp("i")
+            stmts.append(assign(entries, call("_f_to_entries_0", inp)))
+            stmts += self._tick(call("len", name(entries)))
+            stmts.append(assign(mapped, ast.List(elts=[], ctx=ast.Load())))
+            stmts.append(for_(item, name(entries), self.each(
+                args[0], name(item), scope, lambda v: [ast.Expr(value=method(name(mapped), "append", v))])))
+            return call("_f_from_entries_0", name(mapped))
         if key in (("any", 1), ("all", 1)):
             is_any = fname == "any"
             if not self.is_one(args[0]):
@@ -573,6 +613,23 @@ class Generator:
                 return self.each(inner[1], inp, scope, self._bound(on))
             return self.each(inner[2], inp, scope, self._bound(with_key))
         raise Unsupported("opt of " + inner[0])
+
+    def g_object(self, node, inp, scope, emit):
+        """An object with generator keys or values: every combination, as the closures build it."""
+        stmts: list = []
+        columns = []
+        for k, v in node[1]:
+            for part in (k, v):
+                out = self.tmp("a")
+                stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
+                stmts += self.each(part, inp, scope, lambda x, out=out: [
+                    ast.Expr(value=method(name(out), "append", x))])
+                columns.append(name(out))
+        objects, item = self.tmp("l"), self.tmp("i")
+        stmts.append(assign(objects, call("_objects", *columns)))
+        stmts += self._tick(call("_combinations", *columns[0::2], *columns[1::2]))
+        stmts.append(for_(item, name(objects), emit(name(item))))
+        return stmts
 
     def g_call(self, node, inp, scope, emit):
         fname, args = node[1], node[2]
