@@ -258,6 +258,10 @@ class Generator:
         self._n = 0
         self.paths: dict[tuple, str] = {}
         self._steps = None
+        self._ticked = False
+        self.bools: set[str] = set()        # temporaries known to hold a Python bool
+        self._uses: dict[str, int] = {}     # sub-expressions on the root, by uses (see plan)
+        self.memos: dict[str, str] = {}     # sub-expression -> its memo local
         from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
 
         # only to know which nodes the reference runs as one-output forms
@@ -277,6 +281,7 @@ class Generator:
 
     def _tick(self, amount: ast.expr) -> list:
         s = self._steps
+        self._ticked = True
         return [ast.AugAssign(target=store(s), op=ast.Add(), value=amount),
                 if_(ast.Compare(left=name(s), ops=[ast.GtE()], comparators=[const(STEP_LIMIT)]), [raise_bail()])]
 
@@ -286,7 +291,34 @@ class Generator:
             return e
         t = self.tmp()
         stmts.append(assign(t, e))
+        if self.is_bool(e):
+            self.bools.add(t)
         return name(t)
+
+    _BOOL_CALLS = {"_eq", "_ne", "_lt", "_le", "_gt", "_ge", "_test", "_f_not_0", "_f_test_1", "_f_startswith_1",
+                   "_f_endswith_1", "_f_has_1", "_f_contains_1", "_f_inside_1", "_f_in_1"}
+
+    def is_bool(self, e: ast.expr) -> bool:
+        """Whether `e` surely evaluates to a Python bool (so its jq truthiness is itself)."""
+        if isinstance(e, ast.Name):
+            return e.id in self.bools
+        if isinstance(e, ast.Constant):
+            return isinstance(e.value, bool)
+        if isinstance(e, (ast.Compare, ast.UnaryOp)) and (not isinstance(e, ast.UnaryOp) or isinstance(e.op, ast.Not)):
+            return True
+        if isinstance(e, ast.BoolOp):
+            return all(self.is_bool(v) for v in e.values)
+        if isinstance(e, ast.IfExp):
+            return self.is_bool(e.body) and self.is_bool(e.orelse)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+            return e.func.id in self._BOOL_CALLS
+        return False
+
+    def truthy(self, e: ast.expr) -> ast.expr:
+        return e if self.is_bool(e) else truthy(e)
+
+    def falsy(self, e: ast.expr) -> ast.expr:
+        return ast.UnaryOp(op=ast.Not(), operand=e) if self.is_bool(e) else falsy(e)
 
     def is_one(self, node) -> bool:
         return self._oracle.one(node) is not None
@@ -301,15 +333,16 @@ class Generator:
         node = parse(program.source)
         inp = inp if inp is not None else name(self.root)
         self._steps = self.tmp("s")
-        stmts: list = [assign(self._steps, const(0))]
+        self._ticked = False
+        stmts: list = []
         if program._one is not None:
             value = self.value(node, inp, {}, stmts)
             if _size(stmts) > MAX_PROGRAM_NODES:
                 raise Unsupported("generated code too large")
-            if self._may_be_float(node):
+            if self._may_be_float(node) and not self.is_bool(value):
                 v = self._simple(stmts, value)
                 value = ast.IfExp(test=is_(class_of(v), name("float")), body=call("_norm", v), orelse=v)
-            return ProgramCode(stmts, value, True)
+            return ProgramCode(self._counted(stmts), value, True)
         out = self.tmp("o")
         stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
 
@@ -319,7 +352,11 @@ class Generator:
         stmts += self.each(node, inp, {}, emit)
         if _size(stmts) > MAX_PROGRAM_NODES:
             raise Unsupported("generated code too large")
-        return ProgramCode(stmts, name(out), False)
+        return ProgramCode(self._counted(stmts), name(out), False)
+
+    def _counted(self, stmts: list) -> list:
+        """The program's statements, with its step counter set first if anything ticks it."""
+        return [assign(self._steps, const(0))] + stmts if self._ticked else stmts
 
     @staticmethod
     def _may_be_float(node) -> bool:
@@ -412,7 +449,7 @@ class Generator:
         left = self._simple(stmts, self.value(node[1], inp, scope, stmts))
         rs, right = self._branch(node[2], inp, scope)
         if not rs:
-            return ast.IfExp(test=truthy(left), body=left, orelse=right)
+            return ast.IfExp(test=self.truthy(left), body=left, orelse=right)
         t = self.tmp()
         stmts.append(assign(t, left))
         stmts.append(if_(falsy(name(t)), rs + [assign(t, right)]))
@@ -422,10 +459,11 @@ class Generator:
         left = self._simple(stmts, self.value(node[1], inp, scope, stmts))
         rs, right = self._branch(node[2], inp, scope)
         t = self.tmp()
-        stmts.append(assign(t, truthy(left)))
+        self.bools.add(t)
+        stmts.append(assign(t, self.truthy(left)))
         rs = list(rs)
         r = self._simple(rs, right)
-        rs.append(assign(t, truthy(r)))
+        rs.append(assign(t, self.truthy(r)))
         stmts.append(if_(name(t) if is_and else ast.UnaryOp(op=ast.Not(), operand=name(t)), rs))
         return name(t)
 
@@ -495,9 +533,11 @@ class Generator:
         else:
             es, other = [], inp
         if not ts and not es:
-            return ast.IfExp(test=truthy(cond), body=then, orelse=other)
+            return ast.IfExp(test=self.truthy(cond), body=then, orelse=other)
         t = self.tmp()
-        stmts.append(if_(truthy(cond), ts + [assign(t, then)], es + [assign(t, other)]))
+        if self.is_bool(then) and self.is_bool(other):
+            self.bools.add(t)
+        stmts.append(if_(self.truthy(cond), ts + [assign(t, then)], es + [assign(t, other)]))
         return name(t)
 
     def v_as(self, node, inp, scope, stmts):
@@ -537,7 +577,7 @@ class Generator:
             stmts.append(assign(out, const(not is_any)))
             body: list = []
             ok = self._simple(body, self.value(args[0], name(item), scope, body))
-            hit = truthy(ok) if is_any else falsy(ok)
+            hit = self.truthy(ok) if is_any else self.falsy(ok)
             body.append(if_(hit, [assign(out, const(is_any)), ast.Break()]))
             stmts.append(for_(item, call("_iterate", inp), body))
             return name(out)
@@ -561,6 +601,8 @@ class Generator:
             if simple(v):
                 return emit(v)
             t = self.tmp()
+            if self.is_bool(v):
+                self.bools.add(t)
             return [assign(t, v)] + emit(name(t))
         return bound
 
@@ -583,8 +625,15 @@ class Generator:
         return self.each(node[1], inp, scope, self._bound(lambda mid: self.each(node[2], mid, scope, emit)))
 
     def g_comma(self, node, inp, scope, emit):
-        return self._tick(const(1)) + self._shared(emit, lambda e: (
-            self.each(node[1], inp, scope, e) + self.each(node[2], inp, scope, e)))
+        items, stack = [], [node]
+        while stack:   # `a, b, c` as one list: one continuation, one tick per comma
+            n = stack.pop()
+            if n[0] == "comma":
+                stack += [n[2], n[1]]
+            else:
+                items.append(n)
+        return self._tick(const(len(items) - 1)) + self._shared(
+            emit, lambda e: [stmt for item in items for stmt in self.each(item, inp, scope, e)])
 
     def g_iter(self, node, inp, scope, emit):
         def over(base):
@@ -636,7 +685,7 @@ class Generator:
         if (fname, len(args)) == ("empty", 0):
             return []
         if (fname, len(args)) == ("select", 1):
-            return self.each(args[0], inp, scope, lambda c: [if_(truthy(c), emit(inp))])
+            return self.each(args[0], inp, scope, lambda c: [if_(self.truthy(c), emit(inp))])
         raise Unsupported(f"generator {fname}/{len(args)}")
 
     def g_as(self, node, inp, scope, emit):
@@ -649,7 +698,7 @@ class Generator:
         def branch(c, e):
             then = self.each(node[2], inp, scope, e)
             other = self.each(node[3], inp, scope, e) if node[3] is not None else e(inp)
-            return [if_(truthy(c), then, other)]
+            return [if_(self.truthy(c), then, other)]
         return self._shared(emit, lambda e: self.each(node[1], inp, scope, self._bound(lambda c: branch(c, e))))
 
     def g_index(self, node, inp, scope, emit):
@@ -662,7 +711,7 @@ class Generator:
             found, item = self.tmp("a"), self.tmp("i")
             stmts = [assign(found, ast.List(elts=[], ctx=ast.Load()))]
             stmts += self.each(node[1], inp, scope,
-                               lambda v: [if_(truthy(v), [ast.Expr(value=method(name(found), "append", v))])])
+                               lambda v: [if_(self.truthy(v), [ast.Expr(value=method(name(found), "append", v))])])
             stmts.append(if_(name(found), [for_(item, name(found), e(name(item)))],
                              self.each(node[2], inp, scope, e)))
             return stmts
@@ -682,9 +731,9 @@ class Generator:
     def _g_logic(self, node, inp, scope, emit, is_and):
         def build(e):
             def with_left(lv):
-                right = self.each(node[2], inp, scope, self._bound(lambda rv: e(truthy(rv))))
+                right = self.each(node[2], inp, scope, self._bound(lambda rv: e(self.truthy(rv))))
                 short = e(const(not is_and))
-                return [if_(truthy(lv) if is_and else falsy(lv), right, short)]
+                return [if_(self.truthy(lv) if is_and else self.falsy(lv), right, short)]
             return self.each(node[1], inp, scope, self._bound(with_left))
         return self._shared(emit, build)
 
