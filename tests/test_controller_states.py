@@ -249,3 +249,25 @@ def test_grove_pod_index(catalog, labels, hostname, replica):
         pod["spec"]["hostname"] = hostname
     got = match_pod(catalog.get("podcliqueset"), pod)
     assert (got.component, got.instance, got.replica) == ("clique", "frontend", replica)
+
+
+@pytest.mark.parametrize("spec, status, pods", [
+    # manageJob's wantActive: min(parallelism, completions - succeeded), never below 0
+    ({"parallelism": 4, "completions": 10}, {"succeeded": 0, "active": 4}, 4),
+    ({"parallelism": 4, "completions": 10}, {"succeeded": 7, "active": 3}, 3),
+    ({"parallelism": 4, "completions": 10}, {"succeeded": 10}, 0),
+    # Indexed: succeeded counts the succeeded indexes, the same formula
+    ({"parallelism": 4, "completions": 6, "completionMode": "Indexed"}, {"succeeded": 4, "active": 2,
+                                                                         "completedIndexes": "0-3"}, 2),
+    # no completions (work queue): parallelism until one pod succeeds, then those still active
+    ({"parallelism": 3}, {"active": 3}, 3),
+    ({"parallelism": 3}, {"succeeded": 1, "active": 2}, 2),
+])
+def test_job_near_its_end(catalog, spec, status, pods):
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "shard-eval", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000007"},
+           "spec": {**spec, "template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "eval", "image": "eval:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}},
+           "status": status}
+    resolved = catalog.resolve(job)
+    assert (resolved.pods, resolved.total.gpu) == (pods, pods)
