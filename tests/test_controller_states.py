@@ -271,3 +271,72 @@ def test_job_near_its_end(catalog, spec, status, pods):
            "status": status}
     resolved = catalog.resolve(job)
     assert (resolved.pods, resolved.total.gpu) == (pods, pods)
+
+
+def _pytorchjob(conditions: list[dict], suspend: bool = False) -> dict:
+    """A PyTorchJob (kubeflow.org/v1) of a master and 2 one-GPU workers with the given conditions."""
+    def spec(n):
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "pytorch:2.5", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "mnist", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000008"},
+            "spec": {"runPolicy": {"suspend": suspend}, "pytorchReplicaSpecs": {"Master": spec(1), "Worker": spec(2)}},
+            "status": {"conditions": conditions}}
+
+
+def _cond(type_, status, at, reason=""):
+    return {"type": type_, "status": status, "reason": reason, "lastTransitionTime": at}
+
+
+CREATED = _cond("Created", "True", "2026-12-01T10:00:00Z", "PyTorchJobCreated")
+
+
+@pytest.mark.parametrize("conditions, suspend, expected", [
+    # a worker failed and is recreated (restartPolicy OnFailure): Running gives way to Restarting
+    ([CREATED, _cond("Running", "False", "2026-12-01T10:05:00Z"),
+      _cond("Restarting", "True", "2026-12-01T10:05:00Z", "PyTorchJobRestarting")], False, "Degraded"),
+    # suspended while restarting: the pods are deleted, Running False, Restarting left as it was
+    ([CREATED, _cond("Restarting", "True", "2026-12-01T10:05:00Z", "PyTorchJobRestarting"),
+      _cond("Suspended", "True", "2026-12-01T10:06:00Z", "PyTorchJobSuspended")], True, "Suspended"),
+    # resumed: Suspended flips to False; the old Restarting is stale, the pods are coming back
+    ([CREATED, _cond("Restarting", "True", "2026-12-01T10:05:00Z", "PyTorchJobRestarting"),
+      _cond("Suspended", "False", "2026-12-01T11:00:00Z", "PyTorchJobResumed")], False, "Initializing"),
+    ([CREATED, _cond("Restarting", "True", "2026-12-01T10:05:00Z", "PyTorchJobRestarting"),
+      _cond("Suspended", "False", "2026-12-01T11:00:00Z", "PyTorchJobResumed"),
+      _cond("Running", "True", "2026-12-01T11:02:00Z", "PyTorchJobRunning")], False, "Running"),
+    # a restart after the resume is live again
+    ([CREATED, _cond("Suspended", "False", "2026-12-01T11:00:00Z", "PyTorchJobResumed"),
+      _cond("Restarting", "True", "2026-12-01T11:30:00Z", "PyTorchJobRestarting")], False, "Degraded"),
+])
+def test_pytorchjob_restarting_after_suspend_and_resume(catalog, conditions, suspend, expected):
+    resolved = catalog.resolve(_pytorchjob(conditions, suspend))
+    assert resolved.status == expected, resolved.statuses
+
+
+def _rayjob_v1_0(deployment_status: str, job_status: str = "") -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "rayjob-sample", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-000000000009"},
+            "spec": {"entrypoint": "python /home/ray/samples/sample_code.py", "shutdownAfterJobFinishes": True,
+                     "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                         {"name": "ray-head", "image": "rayproject/ray:2.9.0",
+                          "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}}}},
+            "status": {"jobDeploymentStatus": deployment_status, "jobStatus": job_status,
+                       "rayClusterName": "rayjob-sample-raycluster-x2k9p"}}
+
+
+@pytest.mark.parametrize("deployment_status, job_status, expected", [
+    # KubeRay v1.0 JobDeploymentStatus values (ray-operator/apis/ray/v1/rayjob_types.go)
+    ("Initializing", "", "Initializing"),
+    ("WaitForDashboard", "", "Initializing"),
+    ("WaitForDashboardReady", "", "Initializing"),
+    ("WaitForK8sJob", "", "Initializing"),
+    ("FailedToGetOrCreateRayCluster", "", "Degraded"),
+    ("FailedJobDeploy", "", "Degraded"),
+    ("FailedToGetJobStatus", "RUNNING", "Degraded"),
+    ("Running", "RUNNING", "Running"),
+    ("Complete", "SUCCEEDED", "Completed"),
+    ("Complete", "FAILED", "Failed"),
+])
+def test_rayjob_v1_0_statuses(catalog, deployment_status, job_status, expected):
+    resolved = catalog.resolve(_rayjob_v1_0(deployment_status, job_status))
+    assert resolved.status == expected, resolved.statuses
