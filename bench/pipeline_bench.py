@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.services.kafka_broker import KafkaBroker  # noqa: E402
-from workloadmap.cli.pipeline_commands import collect_garbage_rarely  # noqa: E402
+from workloadmap.running import collect_garbage_rarely  # noqa: E402
 from workloadmap.ingest.publishing import KafkaPublisher  # noqa: E402
 from workloadmap.ingest.simulating import simulate_messages  # noqa: E402
 from workloadmap.warehouse.writing import KafkaWarehouseWriter  # noqa: E402

@@ -8,126 +8,24 @@ shared output bundle.  Register with ``register(cli)``.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import re
-import sys
-import uuid
 from pathlib import Path
 
 import click
 
+from workloadmap.warehouse.capacities import (
+    CATEGORIES, DIMENSIONS, capacity_item, series_item, top_item, window_summary)
 from workloadmap.warehouse.querying import (
-    QueryError, ReadOnlyViolation, WarehouseUnavailable, open_readonly, run_query, run_sql)
+    QueryError, ReadOnlyViolation, WarehouseUnavailable, run_query, run_sql)
+from workloadmap.warehouse.values import jsonable, number, parse_step
 
-from .outputs import emit, error, output_option
-from .settings import from_options, settings_options
+from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
+from .outputs import emit, fail, output_option
 
-EXIT_FAILED = 1
-DIMENSIONS = ("cluster", "namespace", "framework", "kind", "status")
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
-GIB = 2 ** 30
 
 
-# --------------------------------------------------------------------------- shared helpers
-
-
-def parse_instant(text: str) -> dt.datetime:
-    """RFC 3339 / ISO 8601 (``2026-11-03T10:00:00Z``, ``2026-11-03 10:00``, ``2026-11-03``); naive means UTC."""
-    try:
-        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a time (use e.g. 2026-11-03T10:00:00Z or 2026-11-03)") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
-
-
-class Instant(click.ParamType):
-    name = "TIME"
-
-    def convert(self, value, param, ctx):
-        return value if isinstance(value, dt.datetime) else parse_instant(value)
-
-
-_STEP = re.compile(r"^(\d+)\s*([mhdw])$")
-_UNITS = {"m": dt.timedelta(minutes=1), "h": dt.timedelta(hours=1), "d": dt.timedelta(days=1),
-          "w": dt.timedelta(weeks=1)}
-
-
-def parse_step(text: str) -> dt.timedelta:
-    m = _STEP.match(text.strip().lower())
-    if not m or int(m.group(1)) == 0:
-        raise click.BadParameter(f"{text!r} is not a step (use e.g. 15m, 1h, 6h, 1d, 1w)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-def split_values(values) -> list[str] | None:
-    """Repeatable options that also take comma-separated lists; None when not given."""
-    out = [v.strip() for value in values or () for v in value.split(",") if v.strip()]
-    return out or None
-
-
-def jsonable(value):
-    """DuckDB values as JSON-ready values (timestamps in RFC 3339 UTC)."""
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            return value.isoformat()
-        spec = "milliseconds" if value.microsecond else "seconds"
-        return value.astimezone(dt.timezone.utc).isoformat(timespec=spec).replace("+00:00", "Z")
-    if isinstance(value, (dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
-
-
-def number(value, digits: int = 3):
-    """Rounded, and an int when whole (GPU counts read as 64, not 64.0)."""
-    if value is None:
-        return None
-    value = round(float(value), digits)
-    return int(value) if value.is_integer() else value
-
-
-def duckdb_option(f):
-    return click.option("--duckdb", "duckdb_path", default="workloadmap.duckdb", show_default=True,
-                        envvar="WORKLOADMAP_DUCKDB", type=click.Path(dir_okay=False),
-                        help="Warehouse file to read (a stopped warehouse or a --snapshot copy), read-only.")(f)
-
-
-def connect(path, *, sandbox: bool = True):
-    try:
-        return open_readonly(path, sandbox=sandbox)
-    except WarehouseUnavailable as exc:
-        error(str(exc))
-        sys.exit(EXIT_FAILED)
-
-
-def fail(exc: Exception) -> None:
-    error(str(exc))
-    sys.exit(EXIT_FAILED)
-
-
-def filter_options(f):
-    for decl, name, help_text in reversed([
-        (("--cluster",), "clusters", "Only these clusters (repeatable, or comma-separated)."),
-        (("-n", "--namespace"), "namespaces", "Only these namespaces."),
-        (("--framework",), "frameworks", "Only these frameworks (as in the records: JobSet, Ray, ...)."),
-        (("--kind",), "kinds", "Only these kinds (JobSet, RayCluster, ...)."),
-        (("--status",), "statuses", "Only these statuses."),
-    ]):
-        f = click.option(*decl, name, multiple=True, help=help_text)(f)
-    return f
+# --------------------------------------------------------------------------- output
 
 
 def simple_table(items: list[dict], columns: list[str], title: str | None = None, right=()):
@@ -144,64 +42,6 @@ def simple_table(items: list[dict], columns: list[str], title: str | None = None
 
 
 # --------------------------------------------------------------------------- capacity
-
-_CATEGORIES = ("running", "degraded", "starting", "queued", "all")
-
-
-def _capacity_item(row: dict, by: list[str]) -> dict:
-    item = {d: row[d] for d in by}
-    item["workloads"] = row["workloads"]
-    for c in _CATEGORIES:
-        item[f"{c}_gpus"] = number(row[f"{c}_gpus"])
-    for c in _CATEGORIES:
-        item[f"{c}_cpu"] = number(row[f"{c}_cpu"])
-    for c in _CATEGORIES:
-        item[f"{c}_memory_gib"] = number(row[f"{c}_memory"] / GIB)
-    return item
-
-
-def _series_item(row: dict, by: list[str], step: str) -> dict:
-    item = {"start": jsonable(row["step_start"]), "end": jsonable(row["step_end"]), "step": step}
-    item.update({d: row[d] for d in by})
-    item.update(avg_gpus=number(row["avg_gpus"]), peak_gpus=number(row["peak_gpus"]),
-                avg_cpu=number(row["avg_cpu"]), peak_cpu=number(row["peak_cpu"]),
-                avg_memory_gib=number(row["avg_memory"] / GIB), peak_memory_gib=number(row["peak_memory"] / GIB))
-    return item
-
-
-def window_summary(rows: list[dict], by: list[str], since, until) -> list[dict]:
-    """Per group over the whole window: the time-weighted average and the highest peak of its steps."""
-    groups: dict[tuple, dict] = {}
-    total = (until - since).total_seconds()
-    for row in rows:
-        key = tuple(row[d] for d in by)
-        g = groups.setdefault(key, {"start": jsonable(since), "end": jsonable(until), "step": "window",
-                                    **dict(zip(by, key)), "_acc": [0.0, 0.0, 0.0], "_peak": [0.0, 0.0, 0.0]})
-        length = (row["step_end"] - row["step_start"]).total_seconds()
-        for i, r in enumerate(("gpus", "cpu", "memory")):
-            g["_acc"][i] += row[f"avg_{r}"] * length
-            g["_peak"][i] = max(g["_peak"][i], row[f"peak_{r}"])
-    out = []
-    for g in groups.values():
-        acc, peak = g.pop("_acc"), g.pop("_peak")
-        g.update(avg_gpus=number(acc[0] / total), peak_gpus=number(peak[0]),
-                 avg_cpu=number(acc[1] / total), peak_cpu=number(peak[1]),
-                 avg_memory_gib=number(acc[2] / total / GIB), peak_memory_gib=number(peak[2] / GIB))
-        out.append(g)
-    return out
-
-
-def _top_item(row: dict) -> dict:
-    item = {k: row[k] for k in ("cluster", "namespace", "name", "kind", "framework")}
-    if "status" in row:
-        item.update(status=row["status"], since=jsonable(row["since"]), pods=row["pods"],
-                    gpus=number(row["gpus"]), cpu=number(row["cpu"]),
-                    memory_gib=number(row["memory"] / GIB), gpu_resources=jsonable(row["gpu_resources"]))
-    else:
-        item.update(gpu_hours=number(row["gpu_hours"]), avg_gpus=number(row["avg_gpus"]),
-                    peak_gpus=number(row["peak_gpus"]))
-    return item
-
 
 @click.command("capacity")
 @duckdb_option
@@ -240,7 +80,10 @@ def capacity(duckdb_path, by, at, since, until, step, top, resource, clusters, n
         raise click.UsageError("--at is an instant, --since a window: give one of them")
     if until is not None and since is None:
         raise click.UsageError("--until needs --since")
-    step_delta = parse_step(step)
+    try:
+        step_delta = parse_step(step)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     filters = {"clusters": split_values(clusters), "namespaces": split_values(namespaces),
                "frameworks": split_values(frameworks), "kinds": split_values(kinds)}
     status_list = split_values(statuses)
@@ -258,16 +101,16 @@ def capacity(duckdb_path, by, at, since, until, step, top, resource, clusters, n
             else:
                 rows = run_query(conn, "capacity_top_window", since=since, until=until, limit=top,
                                  statuses=status_list, **filters).dicts()
-            items = [_top_item(r) for r in rows]
+            items = [top_item(r) for r in rows]
             _emit_top(output, items, resource, at, since, until)
         elif since is None:
             rows = run_query(conn, "capacity", at=at, by=dims or None, statuses=status_list, **filters).dicts()
-            items = [_capacity_item(r, dims) for r in rows]
+            items = [capacity_item(r, dims) for r in rows]
             _emit_capacity(output, items, dims, resource, at)
         else:
             rows = run_query(conn, "capacity_series", since=since, until=until, step=step_delta,
                              by=dims or None, statuses=status_list, **filters).dicts()
-            items = [_series_item(r, dims, step) for r in rows] + window_summary(rows, dims, since, until)
+            items = [series_item(r, dims, step) for r in rows] + window_summary(rows, dims, since, until)
             _emit_series(output, items, dims, resource, status_list)
     except (QueryError, ReadOnlyViolation) as exc:
         fail(exc)
@@ -286,14 +129,14 @@ def _emit_capacity(output, items, dims, resource, at):
             if dims:
                 total[dims[0]] = "TOTAL"
             total["workloads"] = sum(r["workloads"] for r in rows)
-            for c in _CATEGORIES:
+            for c in CATEGORIES:
                 total[f"{c}_{suffix}"] = number(sum(r[f"{c}_{suffix}"] for r in rows))
             rows.append(total)
-        view = [{**r, **{c: r[f"{c}_{suffix}"] for c in _CATEGORIES}} for r in rows]
+        view = [{**r, **{c: r[f"{c}_{suffix}"] for c in CATEGORIES}} for r in rows]
         when = "now" if at is None else f"at {jsonable(at)}"
         title = f"{label} requested {when}" + (f", by {', '.join(dims)}" if dims else "")
-        return simple_table(view, dims + ["workloads", *_CATEGORIES], title,
-                            right={"workloads", *_CATEGORIES})
+        return simple_table(view, dims + ["workloads", *CATEGORIES], title,
+                            right={"workloads", *CATEGORIES})
 
     emit(output, items, table=table)
 
@@ -410,7 +253,7 @@ def feed(from_beginning, follow, poll_interval, since, clusters, namespaces, kin
     the history, then new ones with --follow).  Otherwise from the transitions
     topic (full mode, settings as for `run`), followed until Ctrl-C.
     """
-    from . import feeding
+    from workloadmap import feeding
 
     filters = feeding.Filters(*(tuple(split_values(v) or ()) for v in (clusters, namespaces, kinds, statuses)))
     render = feeding.transition_line if output == "lines" else feeding.transition_json
@@ -421,7 +264,7 @@ def feed(from_beginning, follow, poll_interval, since, clusters, namespaces, kin
         if since is not None or follow:
             raise click.UsageError("--since and --follow read the warehouse: give --duckdb FILE")
         settings = from_options(dict(options))
-        from .pipeline_commands import quiet_kafka_logs
+        from workloadmap.running import quiet_kafka_logs
         quiet_kafka_logs()
         source = feeding.reading_topic(settings, filters, from_beginning=from_beginning, idle_timeout=idle_timeout)
     printed = 0

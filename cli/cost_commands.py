@@ -19,10 +19,11 @@ from rich.table import Table
 from workloadmap.warehouse import costing
 from workloadmap.warehouse.pricing import PricingError, load_pricing
 from workloadmap.warehouse.querying import QueryError, run_query
+from workloadmap.warehouse.values import parse_instant
 
 from . import cost_html
-from .analytics_commands import connect, duckdb_option, fail, parse_instant, split_values
-from .outputs import emit, output_option
+from .options import connect, duckdb_option, split_values
+from .outputs import emit, fail, output_option
 
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 _RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)([dhm])$")
@@ -39,7 +40,10 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     m = _RELATIVE.match(text)
     if m:
         return now - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
-    return parse_instant(text).astimezone(timezone.utc)
+    try:
+        return parse_instant(text).astimezone(timezone.utc)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def iso(t: datetime) -> str:

@@ -20,7 +20,7 @@ from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
 from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
-from .catalogs import build_catalog, catalog_options  # noqa: F401  (re-exported: shared by the command modules)
+from .catalogs import build_catalog, catalog_options
 from .outputs import emit, error, output_option
 
 EXIT_INVALID = 1

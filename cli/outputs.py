@@ -71,5 +71,14 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
         raise click.UsageError(f"unknown output format {fmt}")
 
 
+EXIT_FAILED = 1
+
+
 def error(message: str) -> None:
     click.echo(f"error: {message}", err=True)
+
+
+def fail(exc: Exception) -> None:
+    """The error, then exit status 1 (the command could not do what was asked)."""
+    error(str(exc))
+    sys.exit(EXIT_FAILED)

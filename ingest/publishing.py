@@ -16,7 +16,7 @@ code rather than each configuring a producer.
   the producer and are never logged or shown in ``repr``.
 - ``CallbackPublisher``: the same interface in-process (embedded mode, no
   broker): calls ``fn(key, value_bytes)``.
-- ``write_jsonl`` / ``read_jsonl``: files of messages for replay.
+- ``write_jsonl`` / ``read_jsonl`` (``jsonl_message`` per line): files of messages for replay.
 
 JSONL format (one message per line, UTF-8):
 
@@ -180,6 +180,16 @@ def write_jsonl(messages: Iterable, path) -> int:
     return n
 
 
+def jsonl_message(line: str | bytes) -> tuple[bytes | None, bytes]:
+    """(key, value bytes) of one line (see the module docstring); ValueError when it is not JSON."""
+    doc = json.loads(line)
+    if isinstance(doc, dict) and "valueBase64" in doc:
+        key = doc.get("key")
+        return (key.encode("utf-8", "surrogateescape") if key is not None else None,
+                base64.b64decode(doc["valueBase64"]))
+    return event_key(doc), records.encode(doc)
+
+
 def read_jsonl(path) -> Iterator[tuple[bytes | None, bytes]]:
     """(key, value bytes) of each line, ready for ``publish_raw``: what was written, byte for byte."""
     with open(path, encoding="utf-8") as lines:
@@ -188,12 +198,7 @@ def read_jsonl(path) -> Iterator[tuple[bytes | None, bytes]]:
             if not line:
                 continue
             try:
-                doc = json.loads(line)
+                message = jsonl_message(line)
             except ValueError as exc:
                 raise ValueError(f"{Path(path)}:{number}: not a JSON line: {exc}") from None
-            if isinstance(doc, dict) and "valueBase64" in doc:
-                key = doc.get("key")
-                yield (key.encode("utf-8", "surrogateescape") if key is not None else None,
-                       base64.b64decode(doc["valueBase64"]))
-            else:
-                yield event_key(doc), records.encode(doc)
+            yield message

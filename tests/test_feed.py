@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.analytics_history import build, records_and_transitions
-from workloadmap.cli import analytics_commands, feeding
+from workloadmap import feeding
+from workloadmap.cli import analytics_commands
 from workloadmap.warehouse.writing import Warehouse
 
 
@@ -152,7 +153,7 @@ def test_kafka_feed_from_the_beginning_with_filters(kafka_broker):
 
 
 def test_kafka_feed_without_from_beginning_shows_only_new_transitions(kafka_broker):
-    from workloadmap.cli.settings import Settings
+    from workloadmap.settings import Settings
 
     topic = new_topic(kafka_broker.bootstrap_servers)
     _, transitions = records_and_transitions()

@@ -1,10 +1,11 @@
-"""Settings of the pipeline commands: flags over environment over a config file over defaults.
+"""Settings of the pipeline services: given values over environment over a config file over defaults.
 
-One place reads them so `run`, `replay` and `demo` agree.  Environment names
-are ``WORKLOADMAP_`` + the upper-case setting (``WORKLOADMAP_BOOTSTRAP_SERVERS``);
-the config file is YAML with the setting names as keys.  Secrets (the SASL
-password, key files) are read from the environment or the file only, never
-from flags (they would show in `ps`), and are never printed.
+One place reads them so the services (`running.py`), `replay`, `feed` and a
+program embedding them agree.  Environment names are ``WORKLOADMAP_`` + the
+upper-case setting (``WORKLOADMAP_BOOTSTRAP_SERVERS``); the config file is
+YAML with the setting names as keys.  Secrets (the SASL password, key files)
+are read from the environment or the file only, never from flags (they would
+show in `ps`), and are never printed.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-import click
 import yaml
 
 from workloadmap.catalog import records
 
 SECRET = {"sasl_password"}
+
+
+class SettingsError(ValueError):
+    """A config file that cannot be read, is not a mapping of settings, or names an unknown one."""
 
 
 @dataclass
@@ -61,27 +65,29 @@ class Settings:
                 for f in fields(self)}
 
 
-def load(config_file: str | None, flags: dict) -> Settings:
+def load(config_file: str | None = None, given: dict | None = None) -> Settings:
+    """The settings: `given` values (None or () means not given) over the environment over
+    `config_file` over the defaults.  Raises SettingsError for a config file that is not one."""
     values: dict = {}
     if config_file:
         try:
             with open(config_file, encoding="utf-8") as fh:
                 data = yaml.safe_load(fh) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise click.BadParameter(f"{config_file}: {exc}", param_hint="--config") from None
+            raise SettingsError(f"{config_file}: {exc}") from None
         if not isinstance(data, dict):
-            raise click.BadParameter(f"{config_file}: expected a mapping of settings", param_hint="--config")
+            raise SettingsError(f"{config_file}: expected a mapping of settings")
         known = {f.name for f in fields(Settings)}
         for key, value in data.items():
             name = str(key).replace("-", "_")
             if name not in known:
-                raise click.BadParameter(f"{config_file}: unknown setting {key!r}", param_hint="--config")
+                raise SettingsError(f"{config_file}: unknown setting {key!r}")
             values[name] = value
     for f in fields(Settings):
         env = os.environ.get("WORKLOADMAP_" + f.name.upper())
         if env is not None:
             values[f.name] = env
-    for name, value in flags.items():
+    for name, value in (given or {}).items():
         if value is not None and value != ():
             values[name] = value
     if "partitions" in values:
@@ -91,25 +97,3 @@ def load(config_file: str | None, flags: dict) -> Settings:
     if "clusters" in values:
         values["clusters"] = tuple(values["clusters"] or ())
     return Settings(**values)
-
-
-def settings_options(f):
-    """The shared pipeline options; flags win over environment and config file."""
-    for decl, name, help_text in reversed([
-        ("--config", "config", "YAML file of settings (see README: Running the full stack)."),
-        ("--bootstrap-servers", "bootstrap_servers", "Kafka bootstrap servers, host:port[,host:port]."),
-        ("--duckdb", "duckdb", "DuckDB file of the warehouse."),
-        ("--client-id", "client_id", "Kafka client id (prefix)."),
-        ("--partitions", "partitions", "Partitions of topics the pipeline creates."),
-        ("--security-protocol", "security_protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
-        ("--sasl-mechanism", "sasl_mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."),
-        ("--sasl-username", "sasl_username", "SASL user (the password comes from WORKLOADMAP_SASL_PASSWORD or --config)."),
-    ]):
-        f = click.option(decl, name, default=None, help=help_text,
-                         type=int if name == "partitions" else str)(f)
-    return f
-
-
-def from_options(options: dict) -> Settings:
-    config = options.pop("config", None)
-    return load(config, options)

@@ -1,0 +1,136 @@
+"""The embedded pipeline: raw object events in, a DuckDB warehouse out, in one process and no broker.
+
+Why it exists: the full stack (watchers, Kafka, faust workers, the warehouse
+writer) is for many clusters around the clock; replaying a recorded history,
+a notebook, a test, one small cluster (`run watchers --embedded`) or the
+`demo` need the same records in the same warehouse without a broker.  The
+stages are the same code as in the full stack: ``processors.processing``
+resolves each raw event (the per-object state lives in memory instead of
+the records topic) and ``warehouse.writing`` writes the records and
+transitions, ``batch`` records per DuckDB transaction.  What Kafka would
+carry to the dead-letter topic is kept in ``dead_letters``.
+
+It has the publisher interface of ``ingest.publishing`` (``publish``,
+``publish_raw``, ``flush``, ``close``), so the cluster watchers publish into
+it as they would into Kafka; ``feed`` takes whole streams: raw event dicts,
+JSON lines as ``replay --to-file`` writes them, ``(key, value bytes, ...)``
+tuples as ``ingest.simulating.simulate_messages`` and
+``ingest.publishing.read_jsonl`` yield them.
+
+    with EmbeddedPipeline.open("history.duckdb") as pipeline:
+        pipeline.feed_file("events.jsonl")
+        pipeline.flush()
+        pipeline.counts, pipeline.query("demand_by_cluster").dicts()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+
+from workloadmap.catalog import Catalog, records
+from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
+from workloadmap.processors.processing import MemoryStates, Processor
+from workloadmap.warehouse.querying import Result, run_query
+from workloadmap.warehouse.writing import Warehouse
+
+
+class EmbeddedPipeline:
+    """Processes raw messages in-process and writes their records into `warehouse`.
+
+    Records and transitions are written `batch` records at a time, and at every
+    ``flush`` (the watchers flush before each checkpoint; call it before reading
+    the warehouse).  ``counts`` holds events read, records and transitions
+    produced, dead letters; ``dead_letters`` the dead letters themselves (as the
+    dead-letter topic would carry them).  A warehouse passed in stays the
+    caller's; one opened by ``EmbeddedPipeline.open`` is closed by ``close``.
+    """
+
+    def __init__(self, warehouse: Warehouse, *, batch: int = 5000, catalog: Catalog | None = None):
+        self.warehouse = warehouse
+        self.batch = batch
+        self.processor, self.states = Processor(catalog), MemoryStates()
+        self.counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0}
+        self.dead_letters: list[dict] = []
+        self._records: list[bytes] = []
+        self._transitions: list[dict] = []
+        self._owns_warehouse = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, batch: int = 5000, catalog: Catalog | None = None
+             ) -> "EmbeddedPipeline":
+        """A pipeline into the warehouse file at `path` (created, or migrated, as needed)."""
+        pipeline = cls(Warehouse(path), batch=batch, catalog=catalog)
+        pipeline._owns_warehouse = True
+        return pipeline
+
+    # ------------------------------------------------------------------ in
+
+    def publish(self, event: dict) -> None:
+        """One raw event ``{cluster, type, observedAt, object}``."""
+        self.publish_raw(event_key(event), records.encode(event))
+
+    def publish_raw(self, key: bytes | None, value: bytes) -> None:
+        """One raw message as Kafka would carry it (bytes that may not even be JSON: dead-lettered)."""
+        out = self.processor.process(key, value, self.states)
+        self.counts["events"] += 1
+        self.counts["records"] += len(out.records)
+        self.counts["dead_letters"] += len(out.dead_letters)
+        self.dead_letters.extend(json.loads(v) for _, v in out.dead_letters)
+        self._records.extend(record for _, record in out.records)
+        self._transitions.extend(json.loads(t) for _, t in out.transitions)
+        if len(self._records) >= self.batch:
+            self.flush()
+
+    def feed(self, messages: Iterable) -> int:
+        """Process a stream of messages; returns how many.
+
+        A message is a raw event dict, a JSON line (str or bytes, as
+        ``replay --to-file`` writes them), or a ``(key, value bytes, ...)``
+        tuple (``simulate_messages``, ``read_jsonl``).  Call ``flush`` before
+        reading the warehouse: the last batch waits for it.
+        """
+        n = 0
+        for message in messages:
+            if isinstance(message, dict):
+                self.publish(message)
+            elif isinstance(message, (str, bytes)):
+                self.publish_raw(*jsonl_message(message))
+            else:
+                self.publish_raw(message[0], message[1])
+            n += 1
+        return n
+
+    def feed_file(self, path: str | os.PathLike) -> int:
+        """Process a JSON-lines file of raw messages (``replay --to-file``, ``write_jsonl``); returns how many."""
+        return self.feed(read_jsonl(path))
+
+    # ------------------------------------------------------------------ out
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Write what is pending in one warehouse transaction (`timeout`: the publisher interface's, unused)."""
+        if self._records or self._transitions:
+            self.warehouse.write([json.loads(v) for v in self._records], list(self._transitions),
+                                 texts=[v.decode() for v in self._records])
+            self.counts["transitions"] += len(self._transitions)
+            self._records.clear()
+            self._transitions.clear()
+
+    def query(self, name: str, **params) -> Result:
+        """A named query of ``warehouse/queries/`` over what was flushed (``Result.rows``, ``.dicts()``)."""
+        return run_query(self.warehouse.cursor(), name, **params)
+
+    def close(self) -> None:
+        """Flush, and close the warehouse if ``open`` opened it."""
+        try:
+            self.flush()
+        finally:
+            if self._owns_warehouse:
+                self.warehouse.close()
+
+    def __enter__(self) -> "EmbeddedPipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
