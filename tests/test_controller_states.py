@@ -340,3 +340,20 @@ def _rayjob_v1_0(deployment_status: str, job_status: str = "") -> dict:
 def test_rayjob_v1_0_statuses(catalog, deployment_status, job_status, expected):
     resolved = catalog.resolve(_rayjob_v1_0(deployment_status, job_status))
     assert resolved.status == expected, resolved.statuses
+
+
+@pytest.mark.parametrize("run_launcher_as_worker, label", [(True, "3"), (False, "2")])
+def test_mpijob_worker_index_with_run_launcher_as_worker(catalog, run_launcher_as_worker, label):
+    # mpi-operator v2beta1 newWorker: pod "<job>-worker-<i>", replica-index label i+1 when the
+    # launcher runs as a worker (it takes "0"), i otherwise (workerReplicaIndexLabel)
+    from workloadmap.catalog.pods import match_pod
+
+    pod = _pod("pi-worker-2", {"training.kubeflow.org/job-name": "pi", "training.kubeflow.org/job-role": "worker",
+                               "training.kubeflow.org/operator-name": "mpi-operator",
+                               "training.kubeflow.org/replica-index": label})
+    got = match_pod(catalog.get("mpijob"), pod)
+    assert (got.component, got.replica) == ("worker", "2")
+    launcher = _pod("pi-launcher-x7k2p", {"training.kubeflow.org/job-name": "pi",
+                                          "training.kubeflow.org/job-role": "launcher",
+                                          "training.kubeflow.org/replica-index": "0"})
+    assert match_pod(catalog.get("mpijob"), launcher).component == "launcher"
