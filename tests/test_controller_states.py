@@ -357,3 +357,22 @@ def test_mpijob_worker_index_with_run_launcher_as_worker(catalog, run_launcher_a
                                           "training.kubeflow.org/job-role": "launcher",
                                           "training.kubeflow.org/replica-index": "0"})
     assert match_pod(catalog.get("mpijob"), launcher).component == "launcher"
+
+
+@pytest.mark.parametrize("annotations, replicas, minimum", [
+    ({}, 1, None),                                                             # initial scale 1
+    ({"autoscaling.knative.dev/min-scale": "0"}, 1, 0),                        # may scale to zero later
+    ({"autoscaling.knative.dev/initial-scale": "3"}, 3, None),
+    ({"autoscaling.knative.dev/initial-scale": "0", "autoscaling.knative.dev/min-scale": "0"}, 0, 0),
+    ({"autoscaling.knative.dev/initial-scale": "2", "autoscaling.knative.dev/min-scale": "4"}, 4, 4),
+    ({"autoscaling.knative.dev/initial-scale": "8", "autoscaling.knative.dev/max-scale": "5"}, 5, None),
+    ({"autoscaling.knative.dev/initialScale": "2"}, 2, None),                  # the older spelling
+])
+def test_knative_revision_starts_at_initial_scale(catalog, annotations, replicas, minimum):
+    ksvc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+            "metadata": {"name": "llm-chat", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-00000000000a"},
+            "spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"containers": [
+                {"image": "vllm/vllm-openai:v0.8.0", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    revision = next(c for c in catalog.resolve(ksvc).components if c.name == "revision")
+    assert (revision.replicas, revision.min_replicas, revision.pods, revision.total.gpu) == (
+        replicas, minimum, replicas, replicas)
