@@ -376,3 +376,38 @@ def test_knative_revision_starts_at_initial_scale(catalog, annotations, replicas
     revision = next(c for c in catalog.resolve(ksvc).components if c.name == "revision")
     assert (revision.replicas, revision.min_replicas, revision.pods, revision.total.gpu) == (
         replicas, minimum, replicas, replicas)
+
+
+@pytest.mark.parametrize("status, groups", [
+    # rolling update with maxSurge 1: the leader StatefulSet runs replicas + 1 groups
+    ({"replicas": 3, "updatedReplicas": 1, "readyReplicas": 2, "conditions": [
+        {"type": "Available", "status": "True"}, {"type": "UpdateInProgress", "status": "True"}]}, 3),
+    # done: the surge group is gone (status.replicas back to spec.replicas)
+    ({"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "conditions": [
+        {"type": "Available", "status": "True"}, {"type": "UpdateInProgress", "status": "False"}]}, 2),
+    # a lagging status.replicas outside an update does not count
+    ({"replicas": 3, "updatedReplicas": 2, "readyReplicas": 2, "conditions": [
+        {"type": "Available", "status": "True"}]}, 2),
+])
+def test_lws_surge_groups_counted_while_they_exist(catalog, status, groups):
+    from workloadmap.catalog.pods import gang_groups
+
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "vllm", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-00000000000b"},
+           "spec": {"replicas": 2, "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {
+               "maxUnavailable": 0, "maxSurge": 1}},
+               "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
+                   {"name": "vllm", "image": "vllm/vllm-openai:v0.8.0",
+                    "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}},
+           "status": status}
+    resolved = catalog.resolve(lws)
+    assert (resolved.pods, resolved.total.gpu) == (2 * groups, 16 * groups)
+    pods = [_pod(f"vllm-{g}" + (f"-{w}" if w else ""), {"leaderworkerset.sigs.k8s.io/name": "vllm",
+                                                      "leaderworkerset.sigs.k8s.io/group-index": str(g),
+                                                      "leaderworkerset.sigs.k8s.io/worker-index": str(w)})
+            for g in range(groups) for w in range(2)]
+    for p in pods:
+        if not p["metadata"]["name"].count("-") == 1:
+            p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/leader-name": p["metadata"]["name"][:-2]}
+    assert [(g.key, g.min_member) for g in gang_groups(catalog.get("leaderworkerset"), resolved, pods)] == [
+        (f"vllm/{g}", 2) for g in range(groups)]
