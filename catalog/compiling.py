@@ -437,15 +437,35 @@ class CompiledDefinition:
         if definition.root.status is None:
             self.status = _no_status
         else:
+            b.gen.plan(_status_programs(definition.root.status))
             b.body.append(ast.Return(value=b.status(definition.root.status, b.body, with_details=True)))
             self.status = b.function(f"status_{_ident(definition.name)}", ["obj"])
         b = _Builder()
+        b.gen.plan(p for comp in definition.components for p in _component_programs(definition, comp))
         views = b.gen.tmp("views")
         b.body.append(assign(views, ast.List(elts=[], ctx=ast.Load())))
         for comp in definition.components:
             b.component(definition, comp, views, b.body)
         b.body.append(ast.Return(value=name(views)))
         self.components = b.function(f"components_{_ident(definition.name)}", ["obj", "gpus"])
+
+
+def _status_programs(sd: StatusDefinition):
+    exprs = [sd.phase, sd.conditions] + [m.expression for ms in sd.mappings.values() for m in ms]
+    return [e.program for e in exprs if e is not None]
+
+
+def _component_programs(definition: Definition, comp: Component):
+    exprs = [comp.instance_id]
+    if comp.spec is not None:
+        exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values()]
+    if comp.scale is not None:
+        s = comp.scale
+        exprs += [s.replicas, s.min_replicas, s.max_replicas, s.pods_per_replica]
+    programs = [e.program for e in exprs if e is not None]
+    if comp.status is not None and comp is not definition.root:
+        programs += _status_programs(comp.status)
+    return programs
 
 
 def _no_status(obj):

@@ -222,6 +222,61 @@ def simple(e: ast.expr) -> bool:
     return isinstance(e, (ast.Name, ast.Constant))
 
 
+def _is_path(node) -> bool:
+    """`.a.b["c"]` from the input: read once per function by the prologue instead."""
+    while node[0] == "index" and node[2][0] == "lit" and isinstance(node[2][1], str):
+        node = node[1]
+    return node == ("identity",)
+
+
+def _children(node) -> list:
+    """Every sub-node of a node (values of literals are not nodes)."""
+    tag = node[0]
+    if tag in ("lit", "identity", "var"):
+        return []
+    if tag == "call":
+        return list(node[2])
+    if tag == "object":
+        return [part for entry in node[1] for part in entry]
+    if tag == "interp":
+        return [p for p in node[1] if not isinstance(p, str)]
+    if tag in ("as", "reduce"):
+        return [x for x in node[1:] if isinstance(x, tuple)]
+    if tag == "binop":
+        return [node[2], node[3]]
+    return [x for x in node[1:] if isinstance(x, tuple)]
+
+
+def _free_vars(node, bound=frozenset()) -> set:
+    if node[0] == "var":
+        return set() if node[1] in bound else {node[1]}
+    if node[0] == "as":
+        return _free_vars(node[1], bound) | _free_vars(node[3], bound | {node[2]})
+    out: set = set()
+    for child in _children(node):
+        out |= _free_vars(child, bound)
+    return out
+
+
+def _same_input_children(node) -> list:
+    """The sub-nodes evaluated on the node's own input (not on a value it computed)."""
+    tag = node[0]
+    if tag == "pipe":
+        return [node[1]]
+    if tag == "opt":
+        return []
+    if tag == "call" and (node[1], len(node[2])) not in _PURE_CALLS and node[1] != "select":
+        return []   # map(f), any(f), ...: f runs on each item
+    return _children(node)
+
+
+# constructs whose one output depends only on their input, without ticking the budget
+_PURE_TAGS = {"index", "slice", "pipe", "alt", "and", "or", "neg", "binop", "object", "interp", "if", "lit",
+              "identity", "call", "as", "var"}
+_PURE_CALLS = set(VALUE_FUNCTIONS) | {("test", 2)}
+_UNSET = object()
+RUNTIME["_UNSET"] = _UNSET
+
 SMALL_CONTINUATION = 40   # AST nodes a continuation may have and still be written out twice
 MAX_PROGRAM_NODES = 20_000  # larger generated programs are left to the reference closures
 
@@ -369,9 +424,48 @@ class Generator:
             return False
         return True
 
+    # -- sub-expressions shared by programs -------------------------------------------------
+    def plan(self, programs) -> None:
+        """Count what the programs of one function evaluate on the root object, so that a
+        sub-expression they repeat (Milvus's version test guards replicas and min replicas of
+        five components) is computed once per object, where it is first needed."""
+        from .parsing import parse
+
+        for program in programs:
+            if program is not None and program.native:
+                self._count(parse(program.source))
+
+    def _count(self, node) -> None:
+        if self._memoizable(node):
+            key = repr(node)
+            seen = self._uses.get(key, 0)
+            self._uses[key] = seen + 1
+            if seen:
+                return   # its parts are computed once, within it
+        for child in _same_input_children(node):
+            self._count(child)
+
+    def _memoizable(self, node) -> bool:
+        """A sub-expression worth computing once: one output, a function of the input alone
+        (no free variable), no step ticked, more than a path or a literal."""
+        if node[0] in ("identity", "lit", "var") or _is_path(node):
+            return False
+        cost = 0
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            tag = n[0]
+            if tag not in _PURE_TAGS or (tag == "call" and (n[1], len(n[2])) not in _PURE_CALLS) \
+                    or not self.is_one(n):
+                return False
+            cost += tag not in ("lit", "identity", "index")
+            stack += _children(n)
+        return cost >= 3 and not _free_vars(node)
+
     def prologue(self) -> list:
-        """Statements reading every collected root path once, parents first."""
-        out = []
+        """Statements reading every collected root path once, parents first, and marking
+        every shared sub-expression as not computed yet."""
+        out = [assign(m, name("_UNSET")) for m in self.memos.values()]
         for chain in sorted(self.paths, key=len):
             parent = name(self.root) if len(chain) == 1 else name(self.paths[chain[:-1]])
             key = const(chain[-1])
@@ -402,6 +496,21 @@ class Generator:
         statements it needs first are appended to `stmts`."""
         if not self.is_one(node):
             raise Unsupported("a generator where one output is needed")
+        if self._uses and isinstance(inp, ast.Name) and inp.id == self.root:
+            key = repr(node)
+            if self._uses.get(key, 0) >= 2:
+                memo = self.memos.get(key)
+                if memo is None:
+                    memo = self.memos[key] = self.tmp("c")
+                inner: list = []
+                v = self._value(node, inp, scope, inner)
+                if self.is_bool(v):
+                    self.bools.add(memo)
+                stmts.append(if_(is_(name(memo), name("_UNSET")), inner + [assign(memo, v)]))
+                return name(memo)
+        return self._value(node, inp, scope, stmts)
+
+    def _value(self, node, inp, scope, stmts):
         tag = node[0]
         handler = getattr(self, "v_" + tag, None)
         if handler is None:
