@@ -28,18 +28,13 @@ from workloadmap.ingest.inspecting import AccessError, AmbiguousNameError, Inspe
 
 from . import rendering
 from .catalogs import build_catalog, catalog_options
-from .outputs import emit, error, output_option
+from .outputs import emit, error, fail, output_option
 
 EXIT_INVALID = 1
 
 
 def warning(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
-
-
-def fail(message: str):
-    error(message)
-    sys.exit(EXIT_INVALID)
 
 
 def cluster_options(f):
@@ -73,12 +68,12 @@ def inspecting(kubeconfig, context, catalog: Catalog):
     try:
         inspector = Inspector.open(catalog, kubeconfig, context, warn=warning)
     except (ClusterConfigError, AccessError) as exc:
-        fail(str(exc))
+        fail(exc)
     try:
         yield inspector
     except (AccessError, NotFoundError, AmbiguousNameError, AmbiguousTypeError, ClusterConfigError,
             UnknownKindError, ResolveError) as exc:
-        fail(str(exc))
+        fail(exc)
     finally:
         inspector.close()
 

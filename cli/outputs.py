@@ -78,7 +78,7 @@ def error(message: str) -> None:
     click.echo(f"error: {message}", err=True)
 
 
-def fail(exc: Exception) -> None:
+def fail(exc: Exception | str) -> None:
     """The error, then exit status 1 (the command could not do what was asked)."""
     error(str(exc))
     sys.exit(EXIT_FAILED)
