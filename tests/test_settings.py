@@ -1,0 +1,37 @@
+"""Settings of the pipeline services (workloadmap.settings): given over environment over file over defaults."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from workloadmap.cli.main import cli
+from workloadmap.settings import Settings, SettingsError, load
+
+
+def test_given_over_environment_over_file_over_defaults(tmp_path, monkeypatch):
+    config = tmp_path / "settings.yaml"
+    config.write_text("bootstrap-servers: file:9092\nclient_id: from-file\npartitions: 6\n"
+                      "clusters: [a=ctx-a, b=ctx-b]\nsasl_password: s3cret\n")
+    monkeypatch.setenv("WORKLOADMAP_CLIENT_ID", "from-env")
+    monkeypatch.setenv("WORKLOADMAP_PARTITIONS", "9")
+    s = load(str(config), {"partitions": 12, "duckdb": None, "clusters": ()})
+    assert (s.bootstrap_servers, s.client_id, s.partitions, s.clusters) == ("file:9092", "from-env", 12, ("a=ctx-a", "b=ctx-b"))
+    assert s.duckdb == Settings().duckdb
+    assert s.public()["sasl_password"] == "***" and "s3cret" not in repr(s.public())
+    monkeypatch.setenv("WORKLOADMAP_CLUSTERS", "x=in-cluster,y=ctx")
+    assert load(None).clusters == ("x=in-cluster", "y=ctx")
+
+
+@pytest.mark.parametrize("text, reason", [("[1, 2]", "expected a mapping of settings"),
+                                          ("colour: blue", "unknown setting 'colour'")])
+def test_a_config_file_that_is_not_one(tmp_path, text, reason):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(SettingsError, match=reason):
+        load(str(config))
+    with pytest.raises(SettingsError, match="No such file"):
+        load(str(tmp_path / "missing.yaml"))
+    # the command line shows it as a usage error of --config
+    result = CliRunner().invoke(cli, ["run", "warehouse", "--config", str(config)])
+    assert result.exit_code == 2 and f"Invalid value for --config: {config}: {reason}" in result.output
