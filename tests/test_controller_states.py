@@ -411,3 +411,46 @@ def test_lws_surge_groups_counted_while_they_exist(catalog, status, groups):
             p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/leader-name": p["metadata"]["name"][:-2]}
     assert [(g.key, g.min_member) for g in gang_groups(catalog.get("leaderworkerset"), resolved, pods)] == [
         (f"vllm/{g}", 2) for g in range(groups)]
+
+
+@pytest.mark.parametrize("extra, cpu, memory", [
+    ({}, 1, 2 * 2**30),                                                             # no autoscaler
+    ({"enableInTreeAutoscaling": True}, 1.5, 2 * 2**30 + 512 * 2**20),              # its default 500m/512Mi
+    ({"enableInTreeAutoscaling": True, "autoscalerOptions": {"resources": {
+        "requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}},
+     1.25, 2 * 2**30 + 256 * 2**20),
+])
+def test_ray_head_counts_the_autoscaler_container(catalog, extra, cpu, memory):
+    from workloadmap.catalog.updating import update_pod_specs
+
+    obj = _raycluster({"replicas": 1, "minReplicas": 0, "maxReplicas": 2})
+    obj["spec"].update(extra)
+    head = next(c for c in catalog.resolve(obj).components if c.name == "head")
+    assert (head.per_pod.cpu, head.per_pod.memory) == (cpu, memory)
+    # a gang scheduler's name still goes to the head's pod template, and reads back
+    out = update_pod_specs(catalog.get("raycluster"), obj, {"schedulerName": "kai-scheduler",
+                                                            "labels": {"kai.scheduler/queue": "a"}})
+    template = out["spec"]["headGroupSpec"]["template"]
+    assert template["spec"]["schedulerName"] == "kai-scheduler"
+    assert template["metadata"]["labels"] == {"kai.scheduler/queue": "a"}
+    assert [c["name"] for c in template["spec"]["containers"]] == ["ray-head"]   # nothing added to the object
+    assert {c.name: ((c.pod_template or {}).get("spec") or {}).get("schedulerName")
+            for c in catalog.resolve(out).components} == {
+        "raycluster": None, "head": "kai-scheduler", "worker": "kai-scheduler"}
+
+
+@pytest.mark.parametrize("mode, head_cpu, submitter_pods", [
+    ("SidecarMode", 1.5, 0),     # the ray-job-submitter container joins the head pod (500m requested)
+    ("K8sJobMode", 1, 1),        # a submitter Job's pod of its own
+    ("HTTPMode", 1, 0),          # the operator submits over HTTP: nothing added
+])
+def test_rayjob_submitter_by_submission_mode(catalog, mode, head_cpu, submitter_pods):
+    from workloadmap.catalog.updating import update_pod_specs
+
+    obj = _rayjob_v1_0("Running", "RUNNING")
+    obj["spec"]["submissionMode"] = mode
+    views = {c.name: c for c in catalog.resolve(obj).components}
+    assert views["head"].per_pod.cpu == head_cpu
+    assert views["submitter"].pods == submitter_pods
+    out = update_pod_specs(catalog.get("rayjob"), obj, {"schedulerName": "kai-scheduler"}, components=["head"])
+    assert out["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["schedulerName"] == "kai-scheduler"
