@@ -441,7 +441,7 @@ class CompiledDefinition:
             b.body.append(ast.Return(value=b.status(definition.root.status, b.body, with_details=True)))
             self.status = b.function(f"status_{_ident(definition.name)}", ["obj"])
         b = _Builder()
-        b.gen.plan(p for comp in definition.components for p in _component_programs(definition, comp))
+        b.gen.plan(p for comp in definition.components for p in component_programs(definition, comp))
         views = b.gen.tmp("views")
         b.body.append(assign(views, ast.List(elts=[], ctx=ast.Load())))
         for comp in definition.components:
@@ -455,7 +455,8 @@ def _status_programs(sd: StatusDefinition):
     return [e.program for e in exprs if e is not None]
 
 
-def _component_programs(definition: Definition, comp: Component):
+def component_programs(definition: Definition, comp: Component) -> list:
+    """The programs a component's resolution evaluates (its child status's included)."""
     exprs = [comp.instance_id]
     if comp.spec is not None:
         exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values()]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import compile_definition
+from .compiling import compile_definition, component_programs
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
-from .jqlang.reading import reads
+from .jqlang.reading import ANY, paths_read
 from .jqlang.values import tostring
 from .requests import DEFAULT_GPUS, GpuMatcher, RequestError, Resources, effective_request
 from .statuses import as_text, match_statuses, resolve_status
@@ -100,34 +100,38 @@ class _Evaluation:
         return int(value)
 
 
-def _reads_only_spec(definition: Definition) -> bool:
-    """Whether every path behind the component tree reads only `.spec` of the object."""
-    exprs = []
+def _cache_paths(definition: Definition) -> tuple | None:
+    """The paths outside `.spec` that the component tree reads (their values join the cache
+    key), or None when it may read anything (never cached)."""
+    paths: set = set()
     for comp in definition.components:
-        exprs.append(comp.instance_id)
-        if comp.spec is not None:
-            exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values()]
-        if comp.scale is not None:
-            s = comp.scale
-            exprs += [s.replicas, s.min_replicas, s.max_replicas, s.pods_per_replica]
-        if comp.status is not None and comp is not definition.root:
-            return False  # child statuses read status
-    for expr in exprs:
-        if expr is not None:
-            read = reads(expr.source)
-            if read is None or not read <= {"spec"}:
-                return False
-    return True
+        for program in component_programs(definition, comp):
+            read = paths_read(program.source)
+            if read is ANY:
+                return None
+            paths |= {p for p in read if p[0] != "spec"}
+    return tuple(sorted(paths))
+
+
+class _CacheRule:
+    """How objects of one definition are cached: a token standing for the definition in
+    keys (an id() could be reused by a later definition) and the paths read outside `.spec`."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, paths):
+        self.paths = paths
 
 
 class Resolver:
     """Resolves objects; holds the GPU resource names to count.
 
     With `cache_size`, the component tree of an object is cached per (uid,
-    metadata.generation) for definitions whose component paths read only
-    `.spec` (status is always evaluated afresh).  A watch stream is mostly
-    status updates of unchanged specs, which then skip the costliest half of
-    resolution.
+    metadata.generation) and the values of the paths outside `.spec` that its
+    definition's component programs read (a Job's `.status.succeeded`, an
+    annotation), for definitions whose reads are known (status is always
+    evaluated afresh).  A watch stream is mostly status updates of unchanged
+    specs, which then skip the costliest half of resolution.
     """
 
     def __init__(self, gpus: GpuMatcher = DEFAULT_GPUS, cache_size: int = 0):
@@ -135,16 +139,29 @@ class Resolver:
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
 
-    def _cache_key(self, definition: Definition, meta: dict):
+    def _cache_key(self, definition: Definition, obj: dict, meta: dict):
         if not self.cache_size:
             return None
         uid, generation = meta.get("uid"), meta.get("generation")
         if not isinstance(uid, str) or not isinstance(generation, int) or isinstance(generation, bool):
             return None
-        only = definition.__dict__.get("_reads_only_spec")
-        if only is None:
-            only = definition.__dict__["_reads_only_spec"] = _reads_only_spec(definition)
-        return (id(definition), uid, generation) if only else None
+        rule = definition.__dict__.get("_cache_rule")
+        if rule is None:
+            rule = definition.__dict__["_cache_rule"] = _CacheRule(_cache_paths(definition))
+        if rule.paths is None:
+            return None
+        if not rule.paths:
+            return (rule, uid, generation)
+        values = []
+        for path in rule.paths:
+            value = obj
+            for key in path:
+                if value.__class__ is dict:
+                    value = value.get(key)
+                elif value is not None:
+                    return None   # a shape the components read otherwise (or refuse): not cached
+            values.append(repr(value))   # repr tells 1, 1.0 and True apart, and keeps key order
+        return (rule, uid, generation, tuple(values))
 
     def resolve(self, obj: dict, definition: Definition) -> ResolvedWorkload:
         """The resolved workload, through the definition's generated code (compiling.py);
@@ -164,7 +181,7 @@ class Resolver:
             return self.reference(obj, definition)
         try:
             status, statuses, phase, conditions = compiled.status(obj)
-            key = self._cache_key(definition, meta)
+            key = self._cache_key(definition, obj, meta)
             cached = self._cache.get(key) if key is not None else None
             if cached is None:
                 views = compiled.components(obj, self.gpus)
@@ -233,7 +250,7 @@ class Resolver:
             if not isinstance(obj.get(key, ""), str):
                 ev.fail(key, f"must be a string, got {type(obj.get(key)).__name__}")
         status, statuses, phase, conditions = self._status(ev, definition.root)
-        key = self._cache_key(definition, meta)
+        key = self._cache_key(definition, obj, meta)
         cached = self._cache.get(key) if key is not None else None
         if cached is None:
             views: list[ComponentView] = []
