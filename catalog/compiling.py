@@ -232,6 +232,8 @@ class _Builder:
         stmts += code.stmts
         if code.one:
             t = self.gen.tmp()
+            if self.gen.is_bool(code.value):
+                self.gen.bools.add(t)
             stmts.append(assign(t, code.value))
             return name(t), True
         return code.value, False
@@ -316,8 +318,12 @@ class _Builder:
                 if m.expression is not None:
                     value, one = self.outputs(m.expression, inner)
                     first = value if one else ast.Subscript(value=value, slice=const(0), ctx=ast.Load())
-                    check = ast.Compare(left=call("_result_text", first), ops=[ast.Eq()],
-                                        comparators=[const(m.expected_result)])
+                    if one and g.is_bool(value) and m.expected_result in ("true", "false"):
+                        # a boolean's text is "true" or "false": test the boolean itself
+                        check = value if m.expected_result == "true" else ast.UnaryOp(op=ast.Not(), operand=value)
+                    else:
+                        check = ast.Compare(left=call("_result_text", first), ops=[ast.Eq()],
+                                            comparators=[const(m.expected_result)])
                     if not one:
                         check = ast.BoolOp(op=ast.And(), values=[value, check])
                     inner.append(if_(check, [assign(hit, const(True))]))
