@@ -24,11 +24,10 @@ import ast
 from .definitions import Component, Definition, StatusDefinition
 from .jqlang import Unsupported
 from .jqlang.generating import (
-    Bail, Generator, assign, build_function, call, class_of, const, falsy, if_, is_, is_not, method, name,
-    raise_bail, truthy,
+    Bail, Generator, assign, build_function, call, class_of, const, if_, is_, is_not, method, name, raise_bail,
 )
 from .jqlang.values import tojson, tostring
-from .requests import GpuMatcher, RequestError, Resources, effective_request
+from .requests import RequestError, Resources, effective_request
 from .statuses import as_text
 from .workloads import ComponentView
 
@@ -135,11 +134,12 @@ def _pod_spec(s, m):
     return {"metadata": m if m.__class__ is dict else {}, "spec": s}
 
 
-def _fragmented(got: dict):
-    """The reference's reconstruction of a pod template from fragment values (resolving.py)."""
+def fragment_template(got: dict):
+    """A pod template (or None) from the values of a fragmented pod spec's paths, by field;
+    TypeError when the containers are not a list."""
     containers = got.get("containers")
-    if containers is not None and containers.__class__ is not list:
-        raise Bail
+    if containers is not None and not isinstance(containers, list):
+        raise TypeError(f"containers must be a list, got {type(containers).__name__}")
     if containers is None and got.get("container") is not None:
         containers = [got["container"]]
     if containers is None and (got.get("resources") is not None or got.get("image") is not None):
@@ -204,7 +204,7 @@ def _instances(shape, ids, templates, replicas, mins, maxs, pprs, status, gpus):
 ASSEMBLERS = {
     "_Bail": Bail, "_text": _text, "_condition_status": _condition_status, "_result_text": _result_text,
     "_conditions": _conditions, "_by_type": _by_type, "_ids": _ids, "_aligned": _aligned,
-    "_one_of": _one_of, "_pod_template": _pod_template, "_pod_spec": _pod_spec, "_fragmented": _fragmented,
+    "_one_of": _one_of, "_pod_template": _pod_template, "_pod_spec": _pod_spec, "_fragmented": fragment_template,
     "_view": _view, "_instances": _instances, "_tojson": tojson,
 }
 
@@ -493,4 +493,4 @@ def compile_definition(definition: Definition) -> CompiledDefinition | None:
         return None
 
 
-__all__ = ["Bail", "CompiledDefinition", "GpuMatcher", "compile_definition"]
+__all__ = ["Bail", "CompiledDefinition", "compile_definition", "component_programs", "fragment_template"]

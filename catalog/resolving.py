@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import compile_definition, component_programs
+from .compiling import compile_definition, component_programs, fragment_template
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.reading import ANY, paths_read
@@ -181,28 +181,30 @@ class Resolver:
             return self.reference(obj, definition)
         try:
             status, statuses, phase, conditions = compiled.status(obj)
-            key = self._cache_key(definition, obj, meta)
-            cached = self._cache.get(key) if key is not None else None
-            if cached is None:
-                views = compiled.components(obj, self.gpus)
-                total = Resources()
-                pods = 0
-                for view in views:
-                    total.add(view.total)
-                    pods += view.pods
-                if key is not None:
-                    self._remember(key, (views, total, pods))
-            else:
-                self._cache.move_to_end(key)
-                views, total, pods = cached
+            views, total, pods = self._components(definition, obj, meta, compiled.components, self.gpus)
         except Exception:  # Bail, or anything odd: the reference decides (and names the error)
             return self.reference(obj, definition)
         return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
 
-    def _remember(self, key, entry):
-        self._cache[key] = entry
-        if len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+    def _components(self, definition: Definition, obj: dict, meta: dict, compute, gpus):
+        """(views, total, pods): from the cache, or `compute(obj, gpus)` and summed."""
+        key = self._cache_key(definition, obj, meta)
+        if key is not None:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        views = compute(obj, gpus)
+        total = Resources()
+        pods = 0
+        for view in views:
+            total.add(view.total)
+            pods += view.pods
+        if key is not None:
+            self._cache[key] = (views, total, pods)
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return views, total, pods
 
     @staticmethod
     def _workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods):
@@ -250,22 +252,9 @@ class Resolver:
             if not isinstance(obj.get(key, ""), str):
                 ev.fail(key, f"must be a string, got {type(obj.get(key)).__name__}")
         status, statuses, phase, conditions = self._status(ev, definition.root)
-        key = self._cache_key(definition, obj, meta)
-        cached = self._cache.get(key) if key is not None else None
-        if cached is None:
-            views: list[ComponentView] = []
-            total = Resources()
-            pods = 0
-            for comp in definition.components:
-                for view in self._component(ev, comp):
-                    views.append(view)
-                    total.add(view.total)
-                    pods += view.pods
-            if key is not None:
-                self._remember(key, (views, total, pods))
-        else:
-            self._cache.move_to_end(key)
-            views, total, pods = cached
+        views, total, pods = self._components(
+            definition, obj, meta, lambda o, gpus: [v for comp in definition.components for v in self._component(ev, comp)],
+            self.gpus)
         return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
 
     # -- status -------------------------------------------------------------
@@ -384,32 +373,10 @@ class Resolver:
         out = []
         for i in range(n):
             got = {name: vals[i] for name, vals in values.items()}
-            containers = got.get("containers")
-            if containers is not None and not isinstance(containers, list):
-                ev.fail(fragments["containers"].field, f"containers must be a list, got {type(containers).__name__}")
-            if containers is None and got.get("container") is not None:
-                containers = [got["container"]]
-            if containers is None and (got.get("resources") is not None or got.get("image") is not None):
-                containers = [{"name": "main"}]
-            containers = [dict(c) if isinstance(c, dict) else c for c in containers or []]
-            if containers and isinstance(containers[0], dict):
-                if got.get("resources") is not None:
-                    containers[0]["resources"] = got["resources"]
-                if got.get("image") is not None:
-                    containers[0]["image"] = got["image"]
-            pod_spec = {"containers": containers}
-            if got.get("schedulerName") is not None:
-                pod_spec["schedulerName"] = got["schedulerName"]
-            if got.get("priorityClassName") is not None:
-                pod_spec["priorityClassName"] = got["priorityClassName"]
-            if got.get("resourceClaims") is not None:
-                pod_spec["resourceClaims"] = got["resourceClaims"]
-            affinity = {k: got[k] for k in ("podAffinity", "nodeAffinity") if got.get(k) is not None}
-            if affinity:
-                pod_spec["affinity"] = affinity
-            metadata = {k: got[k] for k in ("labels", "annotations") if isinstance(got.get(k), dict)}
-            has_any = any(v is not None for v in got.values())
-            out.append({"metadata": metadata, "spec": pod_spec} if has_any else None)
+            try:
+                out.append(fragment_template(got))
+            except TypeError as exc:
+                ev.fail(fragments["containers"].field, str(exc))
         return out
 
 
