@@ -176,7 +176,13 @@ class _Shape:
         self.kind = str(comp.kind) if comp.kind else None
 
 
-def _view(shape, instance, template, r, lo, hi, per, status, gpus):
+def _source(v):
+    if v is None or v.__class__ is str:
+        return v
+    raise Bail
+
+
+def _view(shape, instance, template, r, lo, hi, per, status, source, gpus):
     r = _count(r)
     lo = _count(lo)
     hi = _count(hi)
@@ -190,14 +196,14 @@ def _view(shape, instance, template, r, lo, hi, per, status, gpus):
     else:
         pods, per_pod = 0, Resources()
     return ComponentView(shape.name, instance, shape.parent, shape.kind, r, lo, hi, per, pods,
-                         per_pod, per_pod.scaled(pods), template, status)
+                         per_pod, per_pod.scaled(pods), template, status, source)
 
 
-def _instances(shape, ids, templates, replicas, mins, maxs, pprs, status, gpus):
+def _instances(shape, ids, templates, replicas, mins, maxs, pprs, status, sources, gpus):
     n = len(ids)
-    replicas, mins, maxs, pprs = (_aligned(replicas, n), _aligned(mins, n), _aligned(maxs, n),
-                                  _aligned(pprs, n))
-    return [_view(shape, ids[i], templates[i], replicas[i], mins[i], maxs[i], pprs[i], status, gpus)
+    replicas, mins, maxs, pprs, sources = (_aligned(replicas, n), _aligned(mins, n), _aligned(maxs, n),
+                                           _aligned(pprs, n), [_source(s) for s in _aligned(sources, n)])
+    return [_view(shape, ids[i], templates[i], replicas[i], mins[i], maxs[i], pprs[i], status, sources[i], gpus)
             for i in range(n)]
 
 
@@ -205,7 +211,7 @@ ASSEMBLERS = {
     "_Bail": Bail, "_text": _text, "_condition_status": _condition_status, "_result_text": _result_text,
     "_conditions": _conditions, "_by_type": _by_type, "_ids": _ids, "_aligned": _aligned,
     "_one_of": _one_of, "_pod_template": _pod_template, "_pod_spec": _pod_spec, "_fragmented": fragment_template,
-    "_view": _view, "_instances": _instances, "_tojson": tojson,
+    "_view": _view, "_instances": _instances, "_source": _source, "_tojson": tojson,
 }
 
 
@@ -353,14 +359,16 @@ class _Builder:
         scale = comp.scale
         scale_exprs = [scale.replicas, scale.min_replicas, scale.max_replicas, scale.pods_per_replica] \
             if scale else [None] * 4
+        requests_from = comp.spec.requests_from if comp.spec else None
         if comp.instance_id is None:
             template = self._template_single(comp, body)
             values = [self.single(e, body) for e in scale_exprs]
             st = g.tmp()
             body += status_stmts
             body.append(assign(st, child_status))
+            source = call("_source", self.single(requests_from, body)) if requests_from else const(None)
             body.append(ast.Expr(value=method(name(views), "append", call(
-                "_view", name(shape), const(None), template, *values, name(st), name("gpus")))))
+                "_view", name(shape), const(None), template, *values, name(st), source, name("gpus")))))
             stmts += body
             return
         ids = g.tmp("ids")
@@ -371,8 +379,9 @@ class _Builder:
         st = g.tmp()
         rest += status_stmts
         rest.append(assign(st, child_status))
+        sources = self.listed(requests_from, rest)
         rest.append(ast.Expr(value=method(name(views), "extend", call(
-            "_instances", name(shape), name(ids), templates, *values, name(st), name("gpus")))))
+            "_instances", name(shape), name(ids), templates, *values, name(st), sources, name("gpus")))))
         body.append(if_(name(ids), rest))
         stmts += body
 
@@ -465,7 +474,8 @@ def component_programs(definition: Definition, comp: Component) -> list:
     """The programs a component's resolution evaluates (its child status's included)."""
     exprs = [comp.instance_id]
     if comp.spec is not None:
-        exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values()]
+        exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values(),
+                  comp.spec.requests_from]
     if comp.scale is not None:
         s = comp.scale
         exprs += [s.replicas, s.min_replicas, s.max_replicas, s.pods_per_replica]

@@ -95,6 +95,7 @@ class SpecDefinition:
     pod_spec: Expr | None = None
     metadata: Expr | None = None
     fragments: dict[str, Expr] = field(default_factory=dict)  # pod field name -> path
+    requests_from: Expr | None = None   # extension: where requests come from when not in the object
 
 
 @dataclass
@@ -229,6 +230,7 @@ def _component(d: dict, path: str) -> Component:
             metadata=_expr(f"{sp}.metadataPath", spec.get("metadataPath")),
             fragments={FRAGMENT_FIELDS[k]: _expr(f"{sp}.fragmentedPodSpecDefinition.{k}", v)
                        for k, v in frag.items() if v is not None},
+            requests_from=_expr(f"{sp}.requestsFromPath", spec.get("requestsFromPath")),
         )
     if (scale := d.get("scaleDefinition")) is not None:
         sp = f"{path}.scaleDefinition"

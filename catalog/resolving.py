@@ -306,6 +306,10 @@ class Resolver:
         child_status = None
         if comp.status is not None and comp is not ev.definition.root:
             child_status = self._status(ev, comp)[0]
+        sources = ev.aligned(comp.spec.requests_from if comp.spec else None, n)
+        for source in sources:
+            if source is not None and not isinstance(source, str):
+                ev.fail(comp.spec.requests_from.field, f"must be a string or null, got {type(source).__name__}")
         views = []
         for i, instance in enumerate(ids):
             r = ev.count(scale.replicas.field if scale and scale.replicas else "", replicas[i])
@@ -330,6 +334,7 @@ class Resolver:
                 kind=str(comp.kind) if comp.kind else None,
                 replicas=r, min_replicas=lo, max_replicas=hi, pods_per_replica=per, pods=pods,
                 per_pod=per_pod, total=per_pod.scaled(pods), pod_template=template, status=child_status,
+                requests_from=sources[i],
             ))
         return views
 

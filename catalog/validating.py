@@ -79,7 +79,7 @@ def _path(parts) -> str:
 
 JQ_FIELDS = {
     "instanceIdPath", "podTemplateSpecPath", "podSpecPath", "metadataPath", "replicasPath", "minReplicasPath",
-    "maxReplicasPath", "podsPerReplicaPath", "keyPath", "idPath", "expression",
+    "maxReplicasPath", "podsPerReplicaPath", "requestsFromPath", "keyPath", "idPath", "expression",
     "schedulerNamePath", "labelsPath", "annotationsPath", "resourcesPath", "resourceClaimsPath",
     "podAffinityPath", "nodeAffinityPath", "containersPath", "containerPath", "priorityClassNamePath", "imagePath",
 }

@@ -29,6 +29,7 @@ class ComponentView:
     total: Resources
     pod_template: dict | None = None     # reconstructed PodTemplateSpec (metadata + spec)
     status: str | None = None            # when the component has its own statusDefinition
+    requests_from: str | None = None     # where requests come from when the object does not hold them
 
     def to_dict(self) -> dict:
         out = {
@@ -46,6 +47,8 @@ class ComponentView:
         }
         if self.status is not None:
             out["status"] = self.status
+        if self.requests_from is not None:
+            out["requestsFrom"] = self.requests_from
         spec = (self.pod_template or {}).get("spec") or {}
         if spec.get("schedulerName"):
             out["schedulerName"] = spec["schedulerName"]

@@ -264,3 +264,36 @@ def test_generated_definitions_resolve_identically(obj, template, replicas, phas
         return
     _same(obj, definition)
     _same(obj, definition, Resolver(cache_size=10))
+
+
+def _requests_from_definition(path):
+    return {"apiVersion": "workloadmap.io/v1alpha1", "kind": "WorkloadMap", "metadata": {"name": "served"},
+            "spec": {"structureDefinition": {"rootComponent": {
+                "name": "server", "kind": {"group": "example.com", "version": "v1", "kind": "Served"},
+                "instanceIdPath": ".spec.models[].name",
+                "podSelector": {"componentInstanceSelector": {"idPath": '.metadata.labels["model"]'}},
+                "specDefinition": {"podSpecPath": ".spec.models[].pod", "requestsFromPath": path},
+                "statusDefinition": {"phaseDefinition": {"path": ".status.phase"},
+                                     "statusMappings": {"running": [{"byPhase": "Ready"}]}}}}}}
+
+
+def _served(models):
+    return {"apiVersion": "example.com/v1", "kind": "Served", "metadata": {"name": "s", "namespace": "n"},
+            "spec": {"models": models}}
+
+
+def test_requests_from_path_per_instance_through_both_resolvers():
+    definition = load_definition(_requests_from_definition(
+        '.spec.models[] | if .pod.containers[0].resources == null then "ServingRuntime " + .runtime else null end'),
+        "file", "served.yaml")
+    obj = _served([{"name": "a", "runtime": "rt-a", "pod": {"containers": [{"name": "c"}]}},
+                   {"name": "b", "runtime": "rt-b", "pod": {"containers": [
+                       {"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}])
+    resolved = _same(obj, definition)[2]
+    assert [c.get("requestsFrom") for c in resolved["components"]] == ["ServingRuntime rt-a", None]
+
+
+def test_requests_from_path_must_give_text():
+    definition = load_definition(_requests_from_definition(".spec.models[] | 3"), "file", "served.yaml")
+    outcome = _same(_served([{"name": "a", "pod": {"containers": []}}]), definition)
+    assert outcome[0] == "error" and "requestsFromPath: must be a string or null, got int" in outcome[2]

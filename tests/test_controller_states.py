@@ -454,3 +454,42 @@ def test_rayjob_submitter_by_submission_mode(catalog, mode, head_cpu, submitter_
     assert views["submitter"].pods == submitter_pods
     out = update_pod_specs(catalog.get("rayjob"), obj, {"schedulerName": "kai-scheduler"}, components=["head"])
     assert out["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["schedulerName"] == "kai-scheduler"
+
+
+def _isvc(predictor: dict, annotations: dict | None = None) -> dict:
+    """A KServe v1beta1 InferenceService (kserve/kserve pkg/apis/serving/v1beta1) with this predictor."""
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "iris", "namespace": "serving", "uid": "1b2c3d4e-0000-4000-8000-0000000000aa",
+                         "annotations": annotations or {}},
+            "spec": {"predictor": predictor}}
+
+
+@pytest.mark.parametrize("predictor, source, cpu", [
+    # the model's container is merged onto the runtime's (MergeRuntimeContainers): what it leaves unset
+    # comes from the ServingRuntime, which the object does not show
+    ({"model": {"modelFormat": {"name": "sklearn"}, "storageUri": "gs://kfserving-examples/models/sklearn/1.0/model"}},
+     "ServingRuntime auto-selected for model format sklearn", 0),
+    ({"model": {"modelFormat": {"name": "sklearn"}, "runtime": "kserve-sklearnserver",
+                "resources": {"requests": {"cpu": "500m"}}}},
+     "ServingRuntime kserve-sklearnserver", 0.5),
+    ({"sklearn": {"storageUri": "gs://kfserving-examples/models/sklearn/1.0/model"}},
+     "ServingRuntime auto-selected for model format sklearn", 0),
+    ({"model": {"modelFormat": {"name": "sklearn"},
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}}},
+     None, 1),
+    ({"model": {"modelFormat": {"name": "xgboost"}, "resources": {"limits": {"cpu": "2", "memory": "4Gi"}}}},
+     None, 2),
+    # a custom container: no runtime, its own requests (none here) are all there is
+    ({"containers": [{"name": "kserve-container", "image": "example.com/predictor:1"}]}, None, 0),
+])
+def test_inference_service_requests_from_the_serving_runtime(catalog, predictor, source, cpu):
+    resolved = catalog.resolve(_isvc(predictor)).to_dict()
+    (view,) = [c for c in resolved["components"] if c["name"] == "predictor"]
+    assert view.get("requestsFrom") == source
+    assert view["perPod"]["cpu"] == cpu
+
+
+def test_inference_service_in_model_mesh_mode_has_no_runtime_requests_of_its_own(catalog):
+    obj = _isvc({"model": {"modelFormat": {"name": "sklearn"}}}, {"serving.kserve.io/deploymentMode": "ModelMesh"})
+    (view,) = [c for c in catalog.resolve(obj).to_dict()["components"] if c["name"] == "predictor"]
+    assert "requestsFrom" not in view and view["pods"] == 0
