@@ -493,3 +493,45 @@ def test_inference_service_in_model_mesh_mode_has_no_runtime_requests_of_its_own
     obj = _isvc({"model": {"modelFormat": {"name": "sklearn"}}}, {"serving.kserve.io/deploymentMode": "ModelMesh"})
     (view,) = [c for c in catalog.resolve(obj).to_dict()["components"] if c["name"] == "predictor"]
     assert "requestsFrom" not in view and view["pods"] == 0
+
+
+def _canary(percent, rolled_out="iris-predictor-00001", created="iris-predictor-00002", mode=None):
+    """An InferenceService in a canary rollout (kserve knative_service.go: the traffic split between
+    the latest revision and LatestRolledoutRevision while canaryTrafficPercent < 100)."""
+    obj = _isvc({"minReplicas": 2, "model": {
+        "modelFormat": {"name": "sklearn"}, "storageUri": "gs://kfserving-examples/models/sklearn/1.0/model-2",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"}}}},
+        {"serving.kserve.io/deploymentMode": mode} if mode else None)
+    if percent is not None:
+        obj["spec"]["predictor"]["canaryTrafficPercent"] = percent
+    obj["status"] = {"components": {"predictor": {
+        "latestCreatedRevision": created, "latestReadyRevision": created, "latestRolledoutRevision": rolled_out,
+        "previousRolledoutRevision": rolled_out,
+        "traffic": [{"latestRevision": True, "percent": percent or 100, "revisionName": created}]
+        + ([{"latestRevision": False, "percent": 100 - percent, "revisionName": rolled_out, "tag": "prev"}]
+           if percent is not None and percent < 100 else [])}}}
+    return obj
+
+
+@pytest.mark.parametrize("obj, previous, gpus", [
+    (_canary(10), "iris-predictor-00001", 4),          # 2 pods of each revision while traffic is split
+    (_canary(0), "iris-predictor-00001", 4),           # the new revision keeps its minimum at 0%
+    (_canary(100), None, 2),                           # promoted: the previous revision gets no traffic
+    (_canary(None), None, 2),                          # no canary: a blue-green rollout, 100% to the latest
+    (_canary(10, rolled_out="iris-predictor-00002"), None, 2),   # no new revision yet: one revision
+])
+def test_inference_service_canary_counts_the_previous_revision(catalog, obj, previous, gpus):
+    resolved = catalog.resolve(obj).to_dict()
+    views = [c for c in resolved["components"] if c["name"] == "predictor-previous"]
+    assert [v["instance"] for v in views] == ([previous] if previous else [])
+    assert resolved["total"]["gpu"] == gpus
+
+
+def test_a_pod_of_the_previous_revision_matches_the_predictor(catalog):
+    from workloadmap.catalog.pods import match_pod
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "iris-predictor-00001-deployment-7d9f-abcde",
+           "namespace": "serving", "labels": {"component": "predictor", "serving.kserve.io/inferenceservice": "iris",
+                                              "serving.knative.dev/revision": "iris-predictor-00001"}}}
+    membership = match_pod(catalog.get("inferenceservice"), pod)
+    assert membership is not None and membership.component == "predictor"
