@@ -183,10 +183,17 @@ def _source(v):
 
 
 def _view(shape, instance, template, r, lo, hi, per, status, source, gpus):
-    r = _count(r)
-    lo = _count(lo)
-    hi = _count(hi)
-    per = 1 if per is None else _count(per)
+    # counts are mostly null or plain ints in range: checked here without a call
+    if r is not None and not (r.__class__ is int and 0 <= r <= MAX_COUNT):
+        r = _count(r)
+    if lo is not None and not (lo.__class__ is int and 0 <= lo <= MAX_COUNT):
+        lo = _count(lo)
+    if hi is not None and not (hi.__class__ is int and 0 <= hi <= MAX_COUNT):
+        hi = _count(hi)
+    if per is None:
+        per = 1
+    elif not (per.__class__ is int and 0 <= per <= MAX_COUNT):
+        per = _count(per)
     if template is not None:
         pods = (r if r is not None else (lo if lo is not None else 1)) * per
         try:

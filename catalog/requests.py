@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from functools import lru_cache
 
 from .quantities import QuantityError, milli_value
 
@@ -33,18 +32,23 @@ class Resources:
     memory: int = 0
     gpus: dict = field(default_factory=dict)
 
+    # Both run once per component of every resolved object: integers (the usual amounts) skip
+    # the float normalisation.
     def scaled(self, n: int) -> "Resources":
         if n == 0:   # components scaled to zero are common (Milvus lists every one)
             return Resources(0, 0, 0, {k: 0 for k in self.gpus})
-        return Resources(_num(self.gpu * n), _num(self.cpu * n), int(self.memory * n),
-                         {k: _num(v * n) for k, v in self.gpus.items()})
+        gpu, cpu = self.gpu * n, self.cpu * n
+        return Resources(gpu if gpu.__class__ is int else _num(gpu), cpu if cpu.__class__ is int else _num(cpu),
+                         int(self.memory * n), {k: _num(v * n) for k, v in self.gpus.items()} if self.gpus else {})
 
     def add(self, other: "Resources") -> None:
-        self.gpu = _num(self.gpu + other.gpu)
-        self.cpu = _num(self.cpu + other.cpu)
+        gpu, cpu = self.gpu + other.gpu, self.cpu + other.cpu
+        self.gpu = gpu if gpu.__class__ is int else _num(gpu)
+        self.cpu = cpu if cpu.__class__ is int else _num(cpu)
         self.memory += other.memory
-        for k, v in other.gpus.items():
-            self.gpus[k] = _num(self.gpus.get(k, 0) + v)
+        if other.gpus:
+            for k, v in other.gpus.items():
+                self.gpus[k] = _num(self.gpus.get(k, 0) + v)
 
     def to_dict(self) -> dict:
         out = {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory}
@@ -63,15 +67,22 @@ def _num(v):
 class GpuMatcher:
     """Which resource names count as GPUs."""
 
+    KNOWN = 4096   # resource names remembered (a cluster has a few dozen)
+
     def __init__(self, patterns=DEFAULT_GPU_RESOURCES):
         self.patterns = tuple(patterns)
-        self._is_gpu = lru_cache(maxsize=1024)(self._match)
+        self._known: dict[str, bool] = {}
 
     def _match(self, name: str) -> bool:
         return any(fnmatchcase(name, p) for p in self.patterns)
 
     def __call__(self, name: str) -> bool:
-        return self._is_gpu(name)
+        known = self._known.get(name)
+        if known is None:
+            known = self._match(name)
+            if len(self._known) < self.KNOWN:
+                self._known[name] = known
+        return known
 
 
 DEFAULT_GPUS = GpuMatcher()
@@ -214,13 +225,15 @@ def to_resources(amounts: dict, gpus: GpuMatcher = DEFAULT_GPUS) -> Resources:
     """Resources from milli-unit amounts per resource name."""
     out = Resources()
     gpu_milli = 0
+    known = gpus._known
     for name, amount in amounts.items():
         if name == "cpu":
             out.cpu = _from_milli(amount)
         elif name == "memory":
             out.memory = -((-amount) // 1000)
-        elif gpus(name):
+        elif known.get(name) or (name not in known and gpus(name)):
             out.gpus[name] = _from_milli(amount)
             gpu_milli += amount
-    out.gpu = _from_milli(gpu_milli)
+    if gpu_milli:
+        out.gpu = _from_milli(gpu_milli)
     return out
