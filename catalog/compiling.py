@@ -502,11 +502,12 @@ def _ident(text: str) -> str:
 
 
 def compile_definition(definition: Definition) -> CompiledDefinition | None:
-    """The compiled form, or None where Python refuses the generated code (e.g. nesting
-    deeper than its compiler allows): such a definition is resolved the reference way."""
+    """The compiled form, or None where it cannot be had (Python refuses code nested deeper
+    than its compiler allows; a definition from a cluster may hold any jq): such a definition
+    is resolved the reference way, which is always exact."""
     try:
         return CompiledDefinition(definition)
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
+    except Exception:  # noqa: BLE001 - generated code is an optimisation, never a new failure
         return None
 
 

@@ -297,3 +297,18 @@ def test_requests_from_path_must_give_text():
     definition = load_definition(_requests_from_definition(".spec.models[] | 3"), "file", "served.yaml")
     outcome = _same(_served([{"name": "a", "pod": {"containers": []}}]), definition)
     assert outcome[0] == "error" and "requestsFromPath: must be a string or null, got int" in outcome[2]
+
+
+def test_a_definition_python_cannot_compile_is_resolved_the_reference_way():
+    """Loops nested beyond Python's static block limit (20) make its compiler refuse the code:
+    the definition is then resolved the reference way, with the same record."""
+    from workloadmap.catalog.compiling import compile_definition
+
+    nested = " | ".join(f".spec.models[] as $m{i}" for i in range(25)) + " | $m0.name"
+    doc = _requests_from_definition("null")
+    doc["spec"]["structureDefinition"]["rootComponent"]["instanceIdPath"] = nested
+    definition = load_definition(doc, "file", "deep.yaml")
+    assert compile_definition(definition) is None
+    obj = _served([{"name": "a", "pod": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}])
+    resolved = _same(obj, definition)
+    assert resolved[0] == "ok" and resolved[2]["total"]["gpu"] == 1
