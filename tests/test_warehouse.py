@@ -116,10 +116,62 @@ def test_migrate_v1_to_v2_keeps_data(tmp_path):
         2, 3, 4, 1024, MAP {'nvidia.com/gpu': 2.0, 'nvidia.com/mig-1g.10gb': 1.0}, 1)""")
     conn.close()
     with Warehouse(path) as wh:  # opening migrates to the latest
-        assert schema.current_version(wh.conn) == 2
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION
         usage = wh.cursor().execute(
             "SELECT gpu_resource, gpus, gpu_hours FROM interval_gpu_usage ORDER BY gpu_resource").fetchall()
     assert usage == [("nvidia.com/gpu", 2.0, 4.0), ("nvidia.com/mig-1g.10gb", 1.0, 2.0)]
+
+
+def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
+    """A file written with the version-2 layout (one status_intervals table, open ones with valid_to
+    NULL) opens with its live workloads' open intervals in workload_current, the Deleted ones kept
+    in interval_history and their keys in deleted_workloads; the writer then carries on."""
+    path = tmp_path / "w.duckdb"
+    conn = duckdb.connect(str(path))
+    assert schema.migrate(conn, target=2) == [1, 2]
+    conn.close()
+    recs, other = lifecycle(), lifecycle(uid="uid-2", cluster="c2")
+    with Warehouse(path) as wh:  # the version-3 writer writes the same facts as version 2 did
+        wh.write(recs + other[:3])
+        expected = sorted(map(str, wh.cursor().execute("SELECT * FROM status_intervals").fetchall()))
+        states = sorted(map(str, wh.cursor().execute("SELECT * FROM current_workloads").fetchall()))
+    # Rewrite the file as version 2 had it: intervals in one table, no keyed tables.
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE v2_intervals AS SELECT * FROM status_intervals")
+    for statement in ("DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
+                      "DROP TABLE workload_current", "DROP TABLE deleted_workloads",
+                      "ALTER TABLE v2_intervals RENAME TO status_intervals",
+                      schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version = 3"):
+        conn.execute(statement)
+    assert schema.current_version(conn) == 2
+    conn.close()
+    with Warehouse(path) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION
+        cur = wh.cursor()
+        assert sorted(map(str, cur.execute("SELECT * FROM status_intervals").fetchall())) == expected
+        assert sorted(map(str, cur.execute("SELECT * FROM current_workloads").fetchall())) == states
+        assert cur.execute("SELECT uid, status FROM workload_current").fetchall() == [("uid-2", "Running")]
+        assert cur.execute("SELECT count(*) FROM deleted_workloads").fetchone()[0] == 1
+        # The writer carries on from the migrated tables; a replay of the deleted workload adds nothing.
+        res = wh.write(other[3:] + recs[-2:])
+        assert (res.inserted, res.duplicates) == (3, 2)
+        assert intervals(wh) == EXPECTED_LIFECYCLE and intervals(wh, "uid-2") == EXPECTED_LIFECYCLE
+
+
+def test_deleted_workloads_leave_the_keyed_table_and_late_records_take_the_exact_path(tmp_path):
+    recs = lifecycle()
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write(recs)
+        cur = wh.cursor()
+        assert cur.execute("SELECT count(*) FROM workload_current").fetchone()[0] == 0
+        assert cur.execute("SELECT count(*) FROM deleted_workloads").fetchone()[0] == 1
+        # The deletion again, then an older state again: duplicates found in the history.
+        assert wh.write([recs[-1]]).duplicates == 1 and wh.write([recs[2]]).duplicates == 1
+        # A state of the deleted workload never seen (late): inserted, intervals rebuilt.
+        late = dict(recs[1], resourceVersion="101a", observedAt="2025-06-03T09:10:00Z")
+        assert wh.write([late]).inserted == 1
+        assert intervals(wh) == EXPECTED_LIFECYCLE
+        assert cur.execute("SELECT count(*) FROM workload_current").fetchone()[0] == 0
 
 
 def test_a_newer_file_is_refused(tmp_path):

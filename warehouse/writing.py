@@ -207,16 +207,45 @@ def _columns(rows: list[tuple], schema: pa.Schema) -> dict[str, pa.Array]:
 _IDENT = "cluster, uid, api_version, kind, namespace, name, definition, framework"
 _DEMAND = "pods, gpus, cpu, memory, gpu_resources"
 
-# Batch rows not yet in the history (first occurrence inside the batch wins).
-_NEW_STATES = """
-CREATE OR REPLACE TEMP TABLE wm_new_states AS
-SELECT b.* FROM (
+# Why keyed tables: the history (workload_states, interval_history, transitions) only grows, so a
+# batch must never read it on its usual path.  What a batch needs of the past is each touched
+# workload's latest state and open interval: workload_current holds them for the live workloads
+# (one row each, found with a join on the batch's keys; the live set does not grow with the
+# history), and deleted_workloads knows, by a 64-bit key and its ART index, which workloads were
+# deleted.  Only a state older than its workload's latest one, or one of a deleted workload (a
+# late or repeated record), goes to the exact path that reads that workload's history.
+
+_WKEY = "md5_number_lower(cluster || '/' || uid)"  # schema.WORKLOAD_KEY
+
+# Batch rows, first occurrence of each dedup key, with their workload's latest state when it is live.
+_CANDIDATES = f"""
+CREATE OR REPLACE TEMP TABLE wm_cand AS
+SELECT b.*, md5_number_lower(b.cluster || '/' || b.uid) AS wkey, c.uid IS NOT NULL AS live, c.observed_at AS cur_at, c.version_key AS cur_vk
+FROM (
     SELECT * FROM wm_batch
     QUALIFY row_number() OVER (PARTITION BY cluster, uid, version_key, deleted ORDER BY pos) = 1
 ) b
-WHERE NOT EXISTS (
+LEFT JOIN workload_current c ON c.cluster = b.cluster AND c.uid = b.uid
+"""
+
+# Drop the live workloads' current state seen again; flag what needs the exact path: states older
+# than their workload's latest, and states of workloads deleted before (keys given as literals, so
+# that DuckDB looks them up in the ART index of deleted_workloads).
+_NEW_STATES = """
+CREATE OR REPLACE TEMP TABLE wm_new_states AS
+SELECT * EXCLUDE (wkey, cur_at, cur_vk),
+       (live AND observed_at < cur_at) OR (NOT live AND list_contains({seen}::UBIGINT[], wkey)) AS slow
+FROM wm_cand
+WHERE NOT (live AND version_key = cur_vk AND NOT deleted)
+"""
+
+# The exact path: a flagged state already in the history is a duplicate (reads the history of
+# the flagged workloads only; rare: replays, late records).
+_SLOW_DUPLICATES = """
+DELETE FROM wm_new_states n
+WHERE n.slow AND EXISTS (
     SELECT 1 FROM workload_states s
-    WHERE s.cluster = b.cluster AND s.uid = b.uid AND s.version_key = b.version_key AND s.deleted = b.deleted)
+    WHERE s.cluster = n.cluster AND s.uid = n.uid AND s.version_key = n.version_key AND s.deleted = n.deleted)
 """
 
 _INSERT_STATES = f"""
@@ -227,68 +256,85 @@ SELECT ? + row_number() OVER (ORDER BY pos) AS seq, {_IDENT}, resource_version, 
 FROM wm_new_states
 """
 
-# Per touched workload: its open interval (the anchor, if any) plus its new
-# states, or all its states when a new one is older than the anchor (then its
-# intervals are rebuilt).  A workload with states always has an open interval.
+# Per touched workload, in time order: its open interval (the anchor, from workload_current) and
+# its new states; or, for a workload with a flagged new state (rebuilt), all its states.
 _SEQUENCE = f"""
 CREATE OR REPLACE TEMP TABLE wm_sequence AS
-WITH touched AS (
-    SELECT n.cluster, n.uid, min(n.observed_at) AS first_new,
-           any_value(a.valid_from) AS anchor_from
-    FROM wm_new_states_seq n
-    LEFT JOIN status_intervals a ON a.cluster = n.cluster AND a.uid = n.uid AND a.valid_to IS NULL
-    GROUP BY n.cluster, n.uid
+WITH new AS (
+    SELECT *, ? + row_number() OVER (ORDER BY pos) AS seq FROM wm_new_states
 ),
-rebuild AS (
-    SELECT cluster, uid FROM touched WHERE first_new < anchor_from  -- out of order: rare
-)
-SELECT {_IDENT}, status, valid_from AS t, from_seq AS seq, {_DEMAND}, true AS is_anchor, false AS rebuilt
-FROM status_intervals a
-WHERE a.valid_to IS NULL
-  AND EXISTS (SELECT 1 FROM touched t WHERE t.cluster = a.cluster AND t.uid = a.uid)
+rebuild AS (SELECT DISTINCT cluster, uid FROM new WHERE slow)
+SELECT {_IDENT}, status, valid_from AS t, from_seq AS seq, NULL::VARCHAR AS version_key, {_DEMAND},
+       true AS is_anchor, false AS rebuilt
+FROM workload_current a
+WHERE EXISTS (SELECT 1 FROM new n WHERE n.cluster = a.cluster AND n.uid = a.uid AND NOT n.slow)
   AND NOT EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = a.cluster AND r.uid = a.uid)
 UNION ALL
-SELECT {_IDENT}, status, observed_at AS t, seq, {_DEMAND}, false, false
-FROM wm_new_states_seq n
+SELECT {_IDENT}, status, observed_at, seq, version_key, {_DEMAND}, false, false
+FROM new n
 WHERE NOT EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = n.cluster AND r.uid = n.uid)
-UNION ALL
-SELECT {_IDENT}, status, observed_at AS t, seq, {_DEMAND}, false, true
-FROM workload_states s
-WHERE EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = s.cluster AND r.uid = s.uid)
 """
 
+_SEQUENCE_REBUILT = f"""
+INSERT INTO wm_sequence
+SELECT {_IDENT}, status, observed_at, seq, version_key, {_DEMAND}, false, true
+FROM workload_states s
+WHERE EXISTS (SELECT 1 FROM wm_new_states n WHERE n.slow AND n.cluster = s.cluster AND n.uid = s.uid)
+"""
+
+# Interval starts: the first state, and every state whose status or demand differs from the
+# previous one; each lasts until the next start (NULL for the last).  `latest` marks the
+# workload's latest state (what workload_current keeps).
 _STARTS = """
 CREATE OR REPLACE TEMP TABLE wm_starts AS
 SELECT *, lead(t) OVER (PARTITION BY cluster, uid ORDER BY t, seq) AS valid_to
 FROM (
     SELECT *, lag(status) OVER w AS p_status, lag(pods) OVER w AS p_pods, lag(gpus) OVER w AS p_gpus,
               lag(cpu) OVER w AS p_cpu, lag(memory) OVER w AS p_memory, lag(gpu_resources) OVER w AS p_gpu_res,
-              row_number() OVER w AS n
+              row_number() OVER w AS n,
+              last_value(seq) OVER l AS latest_seq, last_value(t) OVER l AS latest_at,
+              last_value(version_key) OVER l AS latest_vk
     FROM wm_sequence
-    WINDOW w AS (PARTITION BY cluster, uid ORDER BY t, seq)
+    WINDOW w AS (PARTITION BY cluster, uid ORDER BY t, seq),
+           l AS (PARTITION BY cluster, uid ORDER BY t, seq ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
 )
 WHERE n = 1 OR status IS DISTINCT FROM p_status OR pods IS DISTINCT FROM p_pods OR gpus IS DISTINCT FROM p_gpus
    OR cpu IS DISTINCT FROM p_cpu OR memory IS DISTINCT FROM p_memory OR gpu_resources IS DISTINCT FROM p_gpu_res
 """
 
 _DELETE_REBUILT = """
-DELETE FROM status_intervals i
-WHERE EXISTS (SELECT 1 FROM wm_sequence q WHERE q.rebuilt AND q.cluster = i.cluster AND q.uid = i.uid)
+DELETE FROM interval_history i
+WHERE EXISTS (SELECT 1 FROM wm_new_states n WHERE n.slow AND n.cluster = i.cluster AND n.uid = i.uid)
 """
 
-_CLOSE_ANCHORS = """
-UPDATE status_intervals AS i SET valid_to = s.valid_to
-FROM wm_starts s
-WHERE s.is_anchor AND s.valid_to IS NOT NULL
-  AND i.cluster = s.cluster AND i.uid = s.uid AND i.valid_to IS NULL
-"""
-
-_INSERT_INTERVALS = f"""
-INSERT INTO status_intervals BY NAME
+# Intervals that will not change again: the closed ones (anchors included) and final Deleted ones.
+_INSERT_HISTORY = f"""
+INSERT INTO interval_history BY NAME
 SELECT {_IDENT}, status, t AS valid_from, valid_to, {_DEMAND}, seq AS from_seq
-FROM wm_starts WHERE NOT is_anchor
+FROM wm_starts WHERE valid_to IS NOT NULL OR status = '{DELETED}'
 """
 
+_INSERT_DELETED = f"""
+INSERT OR IGNORE INTO deleted_workloads
+SELECT DISTINCT {_WKEY} FROM wm_starts WHERE valid_to IS NULL AND status = '{DELETED}'
+"""
+
+_DELETE_CURRENT = """
+DELETE FROM workload_current c
+WHERE EXISTS (SELECT 1 FROM wm_starts s WHERE s.cluster = c.cluster AND s.uid = c.uid)
+"""
+
+# The latest state and open interval of every touched workload that is not deleted.
+_INSERT_CURRENT = f"""
+INSERT INTO workload_current BY NAME
+SELECT {_IDENT}, latest_seq AS seq, latest_at AS observed_at, latest_vk AS version_key,
+       status, t AS valid_from, {_DEMAND}, seq AS from_seq
+FROM wm_starts WHERE valid_to IS NULL AND status <> '{DELETED}'
+"""
+
+# Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): the batch's range
+# of instants ($lo, $hi, constants) lets DuckDB skip the row groups of the history outside it
+# (transitions arrive in about time order), so only recent row groups are read.
 _INSERT_TRANSITIONS = """
 INSERT INTO transitions BY NAME
 SELECT * EXCLUDE (pos) FROM (
@@ -297,7 +343,9 @@ SELECT * EXCLUDE (pos) FROM (
 ) b
 WHERE NOT EXISTS (
     SELECT 1 FROM transitions t
-    WHERE t.cluster = b.cluster AND t.uid = b.uid AND t.transitioned_at = b.transitioned_at AND t.to_status = b.to_status)
+    WHERE t.transitioned_at >= $lo AND t.transitioned_at <= $hi
+      AND t.cluster = b.cluster AND t.uid = b.uid AND t.transitioned_at = b.transitioned_at
+      AND t.to_status = b.to_status)
 """
 
 _UPSERT_OFFSET = """
@@ -375,7 +423,8 @@ class Warehouse:
                 cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())
                 conn.register("wm_transitions", pa.table(cols))
                 try:
-                    n = conn.execute(_INSERT_TRANSITIONS).fetchone()[0]
+                    at = [r[9] for r in transition_rows]
+                    n = conn.execute(_INSERT_TRANSITIONS, {"lo": min(at), "hi": max(at)}).fetchone()[0]
                 finally:
                     conn.unregister("wm_transitions")
                 result.transitions_inserted = n
@@ -392,22 +441,38 @@ class Warehouse:
 
     def _apply_states(self, result: WriteResult, batch_len: int) -> None:
         conn = self.conn
-        conn.execute(_NEW_STATES)
-        n = conn.execute(_INSERT_STATES, [self._next_seq]).fetchone()[0]
-        result.inserted, result.duplicates = n, batch_len - n
+        conn.execute(_CANDIDATES).fetchall()
+        # Workloads not live: brand new, or deleted before (then the exact path); the ART index
+        # of deleted_workloads answers for the batch's keys, given as literals.
+        keys = [k for (k,) in conn.execute("SELECT DISTINCT wkey FROM wm_cand WHERE NOT live").fetchall()]
+        seen = []
+        if keys:
+            seen = [k for (k,) in conn.execute(
+                f"SELECT key FROM deleted_workloads WHERE key IN ({', '.join(map(str, keys))})").fetchall()]
+        conn.execute(_NEW_STATES.format(seen="[" + ", ".join(map(str, seen)) + "]")).fetchall()
+        slow, n = conn.execute("SELECT count(*) FILTER (WHERE slow), count(*) FROM wm_new_states").fetchall()[0]
+        if slow:
+            conn.execute(_SLOW_DUPLICATES).fetchall()
+            slow, n = conn.execute("SELECT count(*) FILTER (WHERE slow), count(*) FROM wm_new_states").fetchall()[0]
+        result.duplicates = batch_len - n
         if not n:
             return
-        # The new states with the seq they were given (same numbering as the insert).
-        conn.execute(f"""CREATE OR REPLACE TEMP TABLE wm_new_states_seq AS
-            SELECT {_IDENT}, status, observed_at, {_DEMAND}, ? + row_number() OVER (ORDER BY pos) AS seq
-            FROM wm_new_states""", [self._next_seq])
-        conn.execute(_SEQUENCE)
-        conn.execute(_STARTS)
-        conn.execute(_DELETE_REBUILT)
-        conn.execute(_CLOSE_ANCHORS)
-        result.intervals_opened = conn.execute(_INSERT_INTERVALS).fetchone()[0]
-        for t in ("wm_new_states", "wm_new_states_seq", "wm_sequence", "wm_starts"):
-            conn.execute(f"DROP TABLE {t}")
+        result.inserted = conn.execute(_INSERT_STATES, [self._next_seq]).fetchall()[0][0]
+        conn.execute(_SEQUENCE, [self._next_seq]).fetchall()
+        if slow:
+            conn.execute(_SEQUENCE_REBUILT).fetchall()
+        conn.execute(_STARTS).fetchall()
+        if slow:
+            conn.execute(_DELETE_REBUILT).fetchall()
+        opened, deletions = conn.execute(
+            f"SELECT count(*) FILTER (WHERE NOT is_anchor), count(*) FILTER (WHERE valid_to IS NULL AND status = "
+            f"'{DELETED}') FROM wm_starts").fetchall()[0]
+        result.intervals_opened = opened
+        conn.execute(_INSERT_HISTORY).fetchall()
+        if deletions:
+            conn.execute(_INSERT_DELETED).fetchall()
+        conn.execute(_DELETE_CURRENT).fetchall()
+        conn.execute(_INSERT_CURRENT).fetchall()
 
     # ------------------------------------------------------------------ reading
 
