@@ -24,6 +24,7 @@ bookkeeping are set-based SQL over the batch, never row-by-row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -210,126 +211,49 @@ _DEMAND = "pods, gpus, cpu, memory, gpu_resources"
 # Why keyed tables: the history (workload_states, interval_history, transitions) only grows, so a
 # batch must never read it on its usual path.  What a batch needs of the past is each touched
 # workload's latest state and open interval: workload_current holds them for the live workloads
-# (one row each, found with a join on the batch's keys; the live set does not grow with the
-# history), and deleted_workloads knows, by a 64-bit key and its ART index, which workloads were
-# deleted.  Only a state older than its workload's latest one, or one of a deleted workload (a
-# late or repeated record), goes to the exact path that reads that workload's history.
+# (one row each, PRIMARY KEY (cluster, uid), fetched with a join on the batch's keys; the live set
+# does not grow with the history), and deleted_workloads knows, by a 64-bit key looked up in its
+# ART index, which workloads were deleted.  Only a state older than its workload's latest one, or
+# one of a deleted workload (a late or repeated record), goes to the exact path that reads that
+# workload's history.  The bookkeeping of the batch's few hundred rows (dedup, interval starts)
+# is a plain loop in Python: DuckDB's window operator costs ~10 ms of CPU per statement even on a
+# few hundred rows, more than the whole loop.
 
-_WKEY = "md5_number_lower(cluster || '/' || uid)"  # schema.WORKLOAD_KEY
-
-# Batch rows, first occurrence of each dedup key, with their workload's latest state when it is live.
-_CANDIDATES = f"""
-CREATE OR REPLACE TEMP TABLE wm_cand AS
-SELECT b.*, md5_number_lower(b.cluster || '/' || b.uid) AS wkey, c.uid IS NOT NULL AS live, c.observed_at AS cur_at, c.version_key AS cur_vk
-FROM (
-    SELECT * FROM wm_batch
-    QUALIFY row_number() OVER (PARTITION BY cluster, uid, version_key, deleted ORDER BY pos) = 1
-) b
-LEFT JOIN workload_current c ON c.cluster = b.cluster AND c.uid = b.uid
+_CURRENT_COLUMNS = (f"cluster, uid, seq, observed_at, version_key, api_version, kind, namespace, name, definition, "
+                    f"framework, status, valid_from, {_DEMAND}, from_seq")
+_CURRENT_OF_BATCH = f"""
+SELECT {_CURRENT_COLUMNS} FROM workload_current c
+WHERE EXISTS (SELECT 1 FROM wm_keys k WHERE k.cluster = c.cluster AND k.uid = c.uid)
 """
 
-# Drop the live workloads' current state seen again; flag what needs the exact path: states older
-# than their workload's latest, and states of workloads deleted before (keys given as literals, so
-# that DuckDB looks them up in the ART index of deleted_workloads).
-_NEW_STATES = """
-CREATE OR REPLACE TEMP TABLE wm_new_states AS
-SELECT * EXCLUDE (wkey, cur_at, cur_vk),
-       (live AND observed_at < cur_at) OR (NOT live AND list_contains({seen}::UBIGINT[], wkey)) AS slow
-FROM wm_cand
-WHERE NOT (live AND version_key = cur_vk AND NOT deleted)
+# The exact path: which flagged states are already in the history (reads the flagged workloads only).
+_HISTORY_DUPLICATES = """
+SELECT s.cluster, s.uid, s.version_key, s.deleted FROM workload_states s
+WHERE EXISTS (SELECT 1 FROM wm_slow n WHERE s.cluster = n.cluster AND s.uid = n.uid
+                                        AND s.version_key = n.version_key AND s.deleted = n.deleted)
 """
-
-# The exact path: a flagged state already in the history is a duplicate (reads the history of
-# the flagged workloads only; rare: replays, late records).
-_SLOW_DUPLICATES = """
-DELETE FROM wm_new_states n
-WHERE n.slow AND EXISTS (
-    SELECT 1 FROM workload_states s
-    WHERE s.cluster = n.cluster AND s.uid = n.uid AND s.version_key = n.version_key AND s.deleted = n.deleted)
+_HISTORY_OF = f"""
+SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status, observed_at, seq,
+       version_key, {_DEMAND}
+FROM workload_states s
+WHERE EXISTS (SELECT 1 FROM wm_rebuild r WHERE r.cluster = s.cluster AND r.uid = s.uid)
+"""
+_DELETE_REBUILT = """
+DELETE FROM interval_history i
+WHERE EXISTS (SELECT 1 FROM wm_rebuild r WHERE r.cluster = i.cluster AND r.uid = i.uid)
 """
 
 _INSERT_STATES = f"""
 INSERT INTO workload_states BY NAME
-SELECT ? + row_number() OVER (ORDER BY pos) AS seq, {_IDENT}, resource_version, version_key, generation, origin,
+SELECT seq, {_IDENT}, resource_version, version_key, generation, origin,
        creation_timestamp, observed_at, event_type, deleted, status, phase, {_DEMAND},
        json_extract(record, '$.components') AS components, record::JSON AS record
 FROM wm_new_states
 """
 
-# Per touched workload, in time order: its open interval (the anchor, from workload_current) and
-# its new states; or, for a workload with a flagged new state (rebuilt), all its states.
-_SEQUENCE = f"""
-CREATE OR REPLACE TEMP TABLE wm_sequence AS
-WITH new AS (
-    SELECT *, ? + row_number() OVER (ORDER BY pos) AS seq FROM wm_new_states
-),
-rebuild AS (SELECT DISTINCT cluster, uid FROM new WHERE slow)
-SELECT {_IDENT}, status, valid_from AS t, from_seq AS seq, NULL::VARCHAR AS version_key, {_DEMAND},
-       true AS is_anchor, false AS rebuilt
-FROM workload_current a
-WHERE EXISTS (SELECT 1 FROM new n WHERE n.cluster = a.cluster AND n.uid = a.uid AND NOT n.slow)
-  AND NOT EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = a.cluster AND r.uid = a.uid)
-UNION ALL
-SELECT {_IDENT}, status, observed_at, seq, version_key, {_DEMAND}, false, false
-FROM new n
-WHERE NOT EXISTS (SELECT 1 FROM rebuild r WHERE r.cluster = n.cluster AND r.uid = n.uid)
-"""
-
-_SEQUENCE_REBUILT = f"""
-INSERT INTO wm_sequence
-SELECT {_IDENT}, status, observed_at, seq, version_key, {_DEMAND}, false, true
-FROM workload_states s
-WHERE EXISTS (SELECT 1 FROM wm_new_states n WHERE n.slow AND n.cluster = s.cluster AND n.uid = s.uid)
-"""
-
-# Interval starts: the first state, and every state whose status or demand differs from the
-# previous one; each lasts until the next start (NULL for the last).  `latest` marks the
-# workload's latest state (what workload_current keeps).
-_STARTS = """
-CREATE OR REPLACE TEMP TABLE wm_starts AS
-SELECT *, lead(t) OVER (PARTITION BY cluster, uid ORDER BY t, seq) AS valid_to
-FROM (
-    SELECT *, lag(status) OVER w AS p_status, lag(pods) OVER w AS p_pods, lag(gpus) OVER w AS p_gpus,
-              lag(cpu) OVER w AS p_cpu, lag(memory) OVER w AS p_memory, lag(gpu_resources) OVER w AS p_gpu_res,
-              row_number() OVER w AS n,
-              last_value(seq) OVER l AS latest_seq, last_value(t) OVER l AS latest_at,
-              last_value(version_key) OVER l AS latest_vk
-    FROM wm_sequence
-    WINDOW w AS (PARTITION BY cluster, uid ORDER BY t, seq),
-           l AS (PARTITION BY cluster, uid ORDER BY t, seq ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
-)
-WHERE n = 1 OR status IS DISTINCT FROM p_status OR pods IS DISTINCT FROM p_pods OR gpus IS DISTINCT FROM p_gpus
-   OR cpu IS DISTINCT FROM p_cpu OR memory IS DISTINCT FROM p_memory OR gpu_resources IS DISTINCT FROM p_gpu_res
-"""
-
-_DELETE_REBUILT = """
-DELETE FROM interval_history i
-WHERE EXISTS (SELECT 1 FROM wm_new_states n WHERE n.slow AND n.cluster = i.cluster AND n.uid = i.uid)
-"""
-
-# Intervals that will not change again: the closed ones (anchors included) and final Deleted ones.
-_INSERT_HISTORY = f"""
-INSERT INTO interval_history BY NAME
-SELECT {_IDENT}, status, t AS valid_from, valid_to, {_DEMAND}, seq AS from_seq
-FROM wm_starts WHERE valid_to IS NOT NULL OR status = '{DELETED}'
-"""
-
-_INSERT_DELETED = f"""
-INSERT OR IGNORE INTO deleted_workloads
-SELECT DISTINCT {_WKEY} FROM wm_starts WHERE valid_to IS NULL AND status = '{DELETED}'
-"""
-
 _DELETE_CURRENT = """
 DELETE FROM workload_current c
-WHERE EXISTS (SELECT 1 FROM wm_starts s WHERE s.cluster = c.cluster AND s.uid = c.uid)
-"""
-
-# The latest state and open interval of every touched workload that is not deleted.
-_INSERT_CURRENT = f"""
-INSERT INTO workload_current BY NAME
-SELECT {_IDENT}, latest_seq AS seq, latest_at AS observed_at, latest_vk AS version_key,
-       status, t AS valid_from, {_DEMAND}, seq AS from_seq
-FROM wm_starts WHERE valid_to IS NULL AND status <> '{DELETED}'
+WHERE EXISTS (SELECT 1 FROM wm_touched t WHERE t.cluster = c.cluster AND t.uid = c.uid)
 """
 
 # Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): the batch's range
@@ -347,6 +271,51 @@ WHERE NOT EXISTS (
       AND t.cluster = b.cluster AND t.uid = b.uid AND t.transitioned_at = b.transitioned_at
       AND t.to_status = b.to_status)
 """
+
+
+def workload_key(cluster: str, uid: str) -> int:
+    """The key of a workload in deleted_workloads: DuckDB's md5_number_lower(cluster || '/' || uid)."""
+    return int.from_bytes(hashlib.md5(f"{cluster}/{uid}".encode()).digest()[8:], "little")
+
+
+# Row indexes of check_record's tuples.
+_C, _U, _VK, _OBS, _DEL, _ST, _PODS, _GRES = 0, 1, 9, 13, 15, 16, 18, 22
+_IDENT_SCHEMA = pa.schema([f for f in _STATE_SCHEMA if f.name in
+                           ("cluster", "uid", "api_version", "kind", "namespace", "name", "definition", "framework")])
+_INTERVAL_SCHEMA = pa.schema(list(_IDENT_SCHEMA) + [
+    ("status", pa.string()), ("valid_from", pa.timestamp("us", tz="UTC")), ("valid_to", pa.timestamp("us", tz="UTC")),
+    ("pods", pa.int32()), ("gpus", pa.float64()), ("cpu", pa.float64()), ("memory", pa.int64()),
+    ("gpu_resources", pa.map_(pa.string(), pa.float64())), ("from_seq", pa.int64())])
+_CURRENT_SCHEMA = pa.schema([("seq", pa.int64()), ("observed_at", pa.timestamp("us", tz="UTC")),
+                             ("version_key", pa.string())] + list(_INTERVAL_SCHEMA))
+_KEY_SCHEMA = pa.schema([("cluster", pa.string()), ("uid", pa.string())])
+_SLOW_SCHEMA = pa.schema([("cluster", pa.string()), ("uid", pa.string()), ("version_key", pa.string()),
+                          ("deleted", pa.bool_())])
+
+
+def _gpu_map(value) -> tuple:
+    """A gpu_resources value (list of pairs, dict or DuckDB's map) as sorted pairs."""
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    return tuple(sorted((k, v) for k, v in value))
+
+
+def _intervals(steps: list[tuple]) -> list[list]:
+    """Interval starts of one workload's steps, each step (t, seq, is_anchor, ident, status, demand, vk).
+
+    A start is the first step and every step whose status or demand differs from the previous one;
+    it lasts until the next start.  Returns [start step, valid_to] pairs.
+    """
+    steps.sort(key=lambda x: (x[0], x[1]))
+    starts, prev = [], None
+    for step in steps:
+        if prev is None or step[4] != prev[4] or step[5] != prev[5]:
+            if starts:
+                starts[-1][1] = step[0]
+            starts.append([step, None])
+        prev = step
+    return starts
+
 
 _UPSERT_OFFSET = """
 INSERT INTO consumer_offsets VALUES (?, ?, ?, ?, ?)
@@ -410,14 +379,12 @@ class Warehouse:
         conn.execute("BEGIN TRANSACTION")
         try:
             if state_rows:
-                cols = _columns(state_rows, _STATE_SCHEMA)
-                cols["record"] = pa.array(texts, type=pa.string())
-                cols["pos"] = pa.array(range(len(state_rows)), type=pa.int64())
-                conn.register("wm_batch", pa.table(cols))
                 try:
-                    self._apply_states(result, len(state_rows))
+                    self._apply_states(result, state_rows, texts)
                 finally:
-                    conn.unregister("wm_batch")
+                    for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
+                                 "wm_intervals", "wm_current"):
+                        conn.unregister(name)
             if transition_rows:
                 cols = _columns(transition_rows, _TRANSITION_SCHEMA)
                 cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())
@@ -436,43 +403,102 @@ class Warehouse:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        self._next_seq += result.inserted
         return result
 
-    def _apply_states(self, result: WriteResult, batch_len: int) -> None:
+    def _apply_states(self, result: WriteResult, rows: list[tuple], texts: list[str]) -> None:
         conn = self.conn
-        conn.execute(_CANDIDATES).fetchall()
-        # Workloads not live: brand new, or deleted before (then the exact path); the ART index
-        # of deleted_workloads answers for the batch's keys, given as literals.
-        keys = [k for (k,) in conn.execute("SELECT DISTINCT wkey FROM wm_cand WHERE NOT live").fetchall()]
-        seen = []
-        if keys:
-            seen = [k for (k,) in conn.execute(
-                f"SELECT key FROM deleted_workloads WHERE key IN ({', '.join(map(str, keys))})").fetchall()]
-        conn.execute(_NEW_STATES.format(seen="[" + ", ".join(map(str, seen)) + "]")).fetchall()
-        slow, n = conn.execute("SELECT count(*) FILTER (WHERE slow), count(*) FROM wm_new_states").fetchall()[0]
-        if slow:
-            conn.execute(_SLOW_DUPLICATES).fetchall()
-            slow, n = conn.execute("SELECT count(*) FILTER (WHERE slow), count(*) FROM wm_new_states").fetchall()[0]
-        result.duplicates = batch_len - n
-        if not n:
+        # Dedup inside the batch: the first occurrence of each (cluster, uid, version_key, deleted).
+        first: dict[tuple, int] = {}
+        for i, r in enumerate(rows):
+            first.setdefault((r[_C], r[_U], r[_VK], r[_DEL]), i)
+        keys = {(r[_C], r[_U]) for r in rows}
+        conn.register("wm_keys", pa.table(_columns(sorted(keys), _KEY_SCHEMA)))
+        current = {(c[0], c[1]): c for c in conn.execute(_CURRENT_OF_BATCH).fetchall()}
+        # Not live: brand new, or deleted before (then the exact path): the ART index of
+        # deleted_workloads answers for the batch's keys, given as literals.
+        seen: set[int] = set()
+        others = {workload_key(*k): k for k in keys if k not in current}
+        if others:
+            seen = {k for (k,) in conn.execute(
+                f"SELECT key FROM deleted_workloads WHERE key IN ({', '.join(map(str, others))})").fetchall()}
+        deleted_before = {others[k] for k in seen}
+        new, slow = [], []
+        for i in sorted(first.values()):
+            r = rows[i]
+            c = current.get((r[_C], r[_U]))
+            if c is not None:
+                if r[_VK] == c[4] and not r[_DEL]:
+                    continue  # the workload's current state again
+                if r[_OBS] < c[3]:
+                    slow.append(i)  # older than the workload's latest state
+                    continue
+            elif (r[_C], r[_U]) in deleted_before:
+                slow.append(i)
+                continue
+            new.append(i)
+        rebuild: set[tuple] = set()
+        if slow:  # the exact path: the history of these workloads decides
+            conn.register("wm_slow", pa.table(_columns(
+                [(rows[i][_C], rows[i][_U], rows[i][_VK], rows[i][_DEL]) for i in slow], _SLOW_SCHEMA)))
+            known = set(conn.execute(_HISTORY_DUPLICATES).fetchall())
+            fresh = [i for i in slow if (rows[i][_C], rows[i][_U], rows[i][_VK], rows[i][_DEL]) not in known]
+            rebuild = {(rows[i][_C], rows[i][_U]) for i in fresh}
+            new = sorted(new + fresh)
+        result.inserted, result.duplicates = len(new), len(rows) - len(new)
+        if not new:
             return
-        result.inserted = conn.execute(_INSERT_STATES, [self._next_seq]).fetchall()[0][0]
-        conn.execute(_SEQUENCE, [self._next_seq]).fetchall()
-        if slow:
-            conn.execute(_SEQUENCE_REBUILT).fetchall()
-        conn.execute(_STARTS).fetchall()
-        if slow:
+        seq0 = self._next_seq
+        seqs = {i: seq0 + n for n, i in enumerate(new, start=1)}
+        cols = _columns([rows[i] for i in new], _STATE_SCHEMA)
+        cols["record"] = pa.array([texts[i] for i in new], type=pa.string())
+        cols["seq"] = pa.array([seqs[i] for i in new], type=pa.int64())
+        conn.register("wm_new_states", pa.table(cols))
+        # Each touched workload's steps: its open interval (the anchor) and its new states; all its
+        # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key).
+        steps: dict[tuple, list] = {}
+        if rebuild:
+            conn.register("wm_rebuild", pa.table(_columns(sorted(rebuild), _KEY_SCHEMA)))
+            for h in conn.execute(_HISTORY_OF).fetchall():
+                steps.setdefault((h[0], h[1]), []).append(
+                    (h[9], h[10], False, h[:8], h[8], (h[12], h[13], h[14], h[15], _gpu_map(h[16])), h[11]))
             conn.execute(_DELETE_REBUILT).fetchall()
-        opened, deletions = conn.execute(
-            f"SELECT count(*) FILTER (WHERE NOT is_anchor), count(*) FILTER (WHERE valid_to IS NULL AND status = "
-            f"'{DELETED}') FROM wm_starts").fetchall()[0]
+        for i in new:
+            r = rows[i]
+            steps.setdefault((r[_C], r[_U]), []).append(
+                (r[_OBS], seqs[i], False, r[:8], r[_ST], (r[18], r[19], r[20], r[21], _gpu_map(r[_GRES])), r[_VK]))
+        for key, c in current.items():
+            if key in steps and key not in rebuild:
+                steps[key].append((c[12], c[18], True, (c[0], c[1]) + tuple(c[5:11]), c[11],
+                                   (c[13], c[14], c[15], c[16], _gpu_map(c[17])), c[4]))
+        closed, latest_rows, deleted_keys, opened = [], [], [], 0
+        for key, workload_steps in steps.items():
+            latest = max(workload_steps, key=lambda x: (x[0], x[1]))
+            starts = _intervals(workload_steps)
+            for (t, seq, is_anchor, ident, status, demand, _), valid_to in starts:
+                opened += not is_anchor
+                row = (*ident, status, t, valid_to, *demand[:4], list(demand[4]), seq)
+                if valid_to is not None or status == DELETED:
+                    closed.append(row)  # no longer changes (a final Deleted interval stays open)
+                else:
+                    latest_rows.append((latest[1], latest[0], latest[6], *row))
+            if starts[-1][0][4] == DELETED:
+                deleted_keys.append(workload_key(*key))
         result.intervals_opened = opened
-        conn.execute(_INSERT_HISTORY).fetchall()
-        if deletions:
-            conn.execute(_INSERT_DELETED).fetchall()
-        conn.execute(_DELETE_CURRENT).fetchall()
-        conn.execute(_INSERT_CURRENT).fetchall()
+        conn.execute(_INSERT_STATES).fetchall()
+        self._next_seq = seq0 + len(new)
+        if closed:
+            conn.register("wm_intervals", pa.table(_columns(closed, _INTERVAL_SCHEMA)))
+            conn.execute("INSERT INTO interval_history BY NAME SELECT * FROM wm_intervals").fetchall()
+        touched = [k for k in steps if k in current or k in rebuild]
+        if touched:
+            conn.register("wm_touched", pa.table(_columns(touched, _KEY_SCHEMA)))
+            conn.execute(_DELETE_CURRENT).fetchall()
+        if latest_rows:
+            conn.register("wm_current", pa.table(_columns(latest_rows, _CURRENT_SCHEMA)))
+            conn.execute("INSERT INTO workload_current BY NAME SELECT * EXCLUDE (valid_to) FROM wm_current").fetchall()
+        if deleted_keys:
+            conn.execute(f"INSERT OR IGNORE INTO deleted_workloads VALUES ({'), ('.join(map(str, deleted_keys))})"
+                         ).fetchall()
 
     # ------------------------------------------------------------------ reading
 
