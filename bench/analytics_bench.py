@@ -18,9 +18,11 @@ the real ones), then filled with two set-based ``INSERT ... SELECT`` over
   recent), ``observed_at`` spread over one year.  ``record`` is an
   abbreviated JSON object (identity and status) to keep the file small:
   no query here reads it.
-- ``status_intervals``: what the writer would derive from those states, one
-  interval per change of status or demand, closed by the next change, the
-  last one open (a deletion opens a final ``Deleted`` interval).
+- intervals: what the writer would derive from those states, one interval
+  per change of status or demand, closed by the next change, the last one
+  open (a deletion opens a final ``Deleted`` interval); kept as the writer
+  keeps them (``interval_history``, the live workloads' open intervals in
+  ``workload_current``, the deleted workloads' keys in ``deleted_workloads``).
 
 Then, with the real code paths on a read-only connection
 (``querying.open_readonly``): the current-capacity query by namespace
@@ -152,7 +154,7 @@ ORDER BY i
 # The writer's intervals: a new one opens at a state whose status or demand differs from the previous
 # state's; it closes at the next one's opening (the last stays open).
 _INTERVALS = """
-INSERT INTO status_intervals
+INSERT INTO interval_history
 SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status,
        observed_at AS valid_from,
        lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq) AS valid_to,
@@ -202,6 +204,18 @@ def generating(path: str, rows: int, states: int) -> tuple[float, int, int]:
             **knobs, sizes="[" + ", ".join(map(str, GPU_SIZES)) + "]", n_sizes=len(GPU_SIZES), res_pick=res_pick,
             namespaces=_list(NAMESPACES), n_ns=len(NAMESPACES), kind_names=_list(k[1] for k in KINDS)))
         conn.execute(_INTERVALS.format(**knobs))
+        # As the writer keeps them (schema 3): the open intervals of live workloads, with their latest
+        # state, in workload_current; the keys of the deleted ones in deleted_workloads.
+        conn.execute("""INSERT INTO workload_current BY NAME
+            SELECT i.* EXCLUDE (valid_to), s.seq, s.observed_at, s.version_key
+            FROM interval_history i
+            JOIN (SELECT cluster, uid, max(seq) AS seq, max(observed_at) AS observed_at,
+                         arg_max(version_key, seq) AS version_key
+                  FROM workload_states GROUP BY cluster, uid) s ON s.cluster = i.cluster AND s.uid = i.uid
+            WHERE i.valid_to IS NULL AND i.status <> 'Deleted'""")
+        conn.execute("DELETE FROM interval_history WHERE valid_to IS NULL AND status <> 'Deleted'")
+        conn.execute("""INSERT INTO deleted_workloads SELECT DISTINCT md5_number_lower(cluster || '/' || uid)
+                        FROM interval_history WHERE valid_to IS NULL""")
         conn.execute("CHECKPOINT")
         n_states = conn.execute("SELECT count(*) FROM workload_states").fetchone()[0]
         n_intervals = conn.execute("SELECT count(*) FROM status_intervals").fetchone()[0]

@@ -1,8 +1,9 @@
 -- Demand at one instant per group: GPUs, CPU cores and memory bytes, split by what the workloads are doing.
 --
 -- Answers "how many GPUs are requested right now (or at $at), where, and in which state?".
--- Read from status_intervals: the intervals open at the instant (for "now", the open ones:
--- every workload's latest state).  Deleted workloads hold nothing and are left out.
+-- Now: from workload_current, the writer's keyed current state (every live workload's latest
+-- state and open interval); at $at: from status_intervals, the intervals open at the instant.
+-- Deleted workloads hold nothing and are left out.
 -- Columns per resource R (gpus, cpu, memory):
 --   running_R   Running + Degraded  (pods scheduled and holding their resources)
 --   degraded_R  Degraded alone      (the unhealthy part of running_R)
@@ -17,12 +18,15 @@
 --                VARCHAR[] filters, NULL = no filter
 WITH live AS (
     SELECT cluster, namespace, framework, kind, status, gpus, cpu, memory
-    FROM status_intervals
-    WHERE status <> 'Deleted'
-      AND CASE WHEN CAST($at AS TIMESTAMPTZ) IS NULL THEN valid_to IS NULL
-               ELSE valid_from <= CAST($at AS TIMESTAMPTZ)
-                    AND (valid_to IS NULL OR valid_to > CAST($at AS TIMESTAMPTZ)) END
-      AND ($clusters IS NULL OR list_contains($clusters, cluster))
+    FROM (  -- now: the keyed current state (one row per live workload); at $at: the intervals
+        SELECT cluster, namespace, framework, kind, status, gpus, cpu, memory FROM workload_current
+        WHERE CAST($at AS TIMESTAMPTZ) IS NULL
+        UNION ALL
+        SELECT cluster, namespace, framework, kind, status, gpus, cpu, memory FROM status_intervals
+        WHERE CAST($at AS TIMESTAMPTZ) IS NOT NULL AND status <> 'Deleted'
+          AND valid_from <= CAST($at AS TIMESTAMPTZ) AND (valid_to IS NULL OR valid_to > CAST($at AS TIMESTAMPTZ))
+    )
+    WHERE ($clusters IS NULL OR list_contains($clusters, cluster))
       AND ($namespaces IS NULL OR list_contains($namespaces, namespace))
       AND ($frameworks IS NULL OR list_contains($frameworks, framework))
       AND ($kinds IS NULL OR list_contains($kinds, kind))
