@@ -57,6 +57,14 @@ Tables and views (version 2):
 
 ``schema_migrations`` — ``(version, name, applied_at)``, one row per applied
     migration.
+
+Version 3 keys what a batch needs of the past by workload, so that a batch never reads the
+history on its usual path (issue 14): ``workload_current`` (PRIMARY KEY (cluster, uid)) holds
+every live workload's latest state (``seq, observed_at, version_key``) and its open interval;
+``deleted_workloads`` the 64-bit keys (``WORKLOAD_KEY``) of deleted workloads, with an ART
+index; the old ``status_intervals`` table becomes ``interval_history`` (append-only: closed
+intervals and final Deleted ones), and ``status_intervals`` and ``current_workloads`` become
+views over them, with the same rows as before.
 """
 
 from __future__ import annotations
