@@ -38,6 +38,7 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/resolve_bench.py
 	$(BIN)/python bench/simulate_bench.py
 	$(BIN)/python bench/warehouse_bench.py
+	$(BIN)/python bench/warehouse_bench.py --history
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/analytics_bench.py
 	$(BIN)/python bench/watch_bench.py
