@@ -34,11 +34,11 @@ import faust
 
 from workloadmap.catalog import records
 
-from .consuming import RawConsumer
+from .consuming import RawConsumer, ack_batch, current, event_batches
 from .processing import MemoryStates, Processor, summary_of
-from .sending import OutputBatches, OutputProducer
+from .sending import OutputBatches, OutputProducer, OutputTopics
 
-HELD_EVENTS = 1000  # events processed before their outputs are sent and they are acked, at most
+MAX_BATCH = 1000  # events processed, sent and acked together, at most
 
 
 @dataclass
@@ -78,16 +78,12 @@ class PartitionStates:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.by_partition: dict[int, MemoryStates] = {}
-        self.current: MemoryStates | None = None  # the states of the partition being processed
 
-    def get(self, key: str):
-        return self.current.get(key)
-
-    def remember(self, key: str, record: dict, value: bytes) -> None:
-        self.current.remember(key, record, value)
-
-    def use(self, partition: int) -> None:
-        self.current = self.by_partition.setdefault(partition, MemoryStates())
+    def of(self, partition: int) -> MemoryStates:
+        states = self.by_partition.get(partition)
+        if states is None:
+            states = self.by_partition[partition] = MemoryStates()
+        return states
 
     def forget(self, partitions) -> None:
         for p in partitions:
@@ -241,37 +237,29 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
 
     @app.agent(raw)
     async def process(stream):
-        # Acks are manual: an event is acked once its outputs' batches are in the producer
-        # (sending.py).  Batches are sent when the stream has nothing more buffered, or
-        # after HELD_EVENTS events, so latency stays that of one event when idle.
-        batches = OutputBatches(app, settings.raw_topic, settings.exactly_once)
-        await batches.start()
-        outputs = ((settings.workloads_topic, "records"), (settings.transitions_topic, "transitions"),
-                   (settings.deadletter_topic, "dead_letters"), (settings.definitions_topic, "definitions"))
-        acking = stream.noack()
-        buffered = acking.channel.queue
-        held = []
-        async for event in acking.events():
+        # One batch at a time: the events buffered when the agent asks (event_batches,
+        # consuming.py), resolved in one pass (Processor.process_batch), their outputs
+        # appended to one record batch per raw partition and output topic and handed to
+        # that partition's transactional producer (sending.py), then the batch acked.
+        # Acks are manual and come last, so a committed offset never lacks its outputs.
+        outputs = OutputBatches(app, settings.raw_topic, settings.exactly_once, OutputTopics(
+            settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
+            settings.definitions_topic))
+        await outputs.start()
+        async for events in event_batches(stream, MAX_BATCH):
             if not ready.is_set():
-                await ready.wait()
-            msg = event.message
-            states.use(msg.partition)
-            out = processor.process(msg.key, msg.value, states, topic=msg.topic, partition=msg.partition,
-                                    offset=msg.offset)
-            for topic, field_name in outputs:
-                for key, value in getattr(out, field_name):
-                    batches.add(msg.partition, topic, key, value)
-            held.append(event)
-            if len(held) >= HELD_EVENTS or buffered.empty():
-                try:
-                    batches.raise_failures()
-                except RuntimeError as exc:
-                    await app.crash(exc)   # the worker stops; restarted, it resumes from its last commit
-                    raise
-                await batches.send()
-                for done in held:
-                    await acking.ack(done)
-                held.clear()
+                await ready.wait()   # the assignment's state recovery (recover_states)
+                events = current(stream, events)
+            outputs.add_batch(processor.process_batch(
+                [(m.key, m.value, m.topic, m.partition, m.offset) for m in (e.message for e in events)],
+                states.of))
+            try:
+                outputs.raise_failures()
+            except RuntimeError as exc:
+                await app.crash(exc)   # the worker stops; restarted, it resumes from its last commit
+                raise
+            await outputs.send()
+            ack_batch(stream, events)
 
     app.workloadmap_settings = settings
     app.workloadmap_data_dir = data_dir   # removed with the app

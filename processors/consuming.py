@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 
+from faust.events import Event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -121,3 +122,101 @@ class RawConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
+
+
+async def event_batches(stream, max_events: int):
+    """The events of an agent's stream, a batch at a time: what is buffered, up to `max_events`.
+
+    The equivalent of iterating the stream (``Stream.__aiter__``) a batch at a
+    time.  It reads the queue the stream's channel is fed by (the conductor
+    puts each raw event there) and, per event, keeps what faust's stream
+    iteration does for the worker's semantics: an error thrown into the channel
+    is raised; an event of an older consumer generation, or one read while the
+    flow is suspended (a rebalance), is skipped and acked as faust skips it; an
+    event is tracked as unacked (so a rebalance and a graceful stop wait for
+    it) with the consumer's ``on_message_in`` sensor.  The per-event stream
+    sensors (``on_stream_event_in``/``out``) are not called: the unit of the
+    agent is the batch.  Nothing is acked here: the caller acks a batch with
+    ``ack_batch`` once its outputs are in the producer.
+
+    Unlike ``Stream.take()`` it never waits for a batch to fill: a batch is
+    what is buffered when the agent asks, and the agent waits only when
+    nothing is (so an idle worker handles an event as soon as it arrives).
+    """
+    app = stream.app
+    channel = stream.channel
+    queue = channel.queue
+    errors = queue._errors
+    get_nowait = queue.get_nowait
+    flow_active = app.flow_control.is_active
+    acking_topics = app.topics.acking_topics
+    consumer = app.consumer
+    track = consumer.unacked.add
+    on_message_in = stream._on_message_in
+    started = await stream.maybe_start()
+    try:
+        while not stream.should_stop:
+            if errors:
+                raise errors.popleft()
+            if queue.empty():
+                first = await channel.__anext__()   # waits for one
+                values = [first]
+            else:
+                values = []
+            n = min(queue.qsize(), max_events - len(values))
+            for _ in range(n):
+                values.append(get_nowait())
+            generation = app.consumer_generation_id
+            active = flow_active()
+            batch = []
+            for event in values:
+                if not isinstance(event, Event):
+                    raise TypeError(f"the raw topic's channel delivered {type(event).__name__}, not an event")
+                message = event.message
+                if not active or message.generation_id != generation:
+                    _ack(stream, event)   # skipped, as faust's stream skips it (acked, so no lag)
+                    continue
+                if message.topic in acking_topics and not message.tracked:
+                    message.tracked = True
+                    track(message)
+                    on_message_in(message.tp, message.offset, message)
+                batch.append(event)
+            if batch:
+                yield batch
+    except StopAsyncIteration:
+        return   # the channel ended (faust throws it in when the worker stops), as Stream.__aiter__ returns
+    finally:
+        stream._channel_stop_iteration(channel)
+        if started:
+            await stream.stop()
+            stream.service_reset()
+
+
+def current(stream, events) -> list:
+    """The events of a batch still of the consumer's generation (a rebalance may have happened
+    while the batch waited); the others are skipped and acked, as ``event_batches`` does."""
+    app = stream.app
+    generation = app.consumer_generation_id
+    if app.flow_control.is_active() and all(e.message.generation_id == generation for e in events):
+        return events
+    kept = []
+    for event in events:
+        if app.flow_control.is_active() and event.message.generation_id == generation:
+            kept.append(event)
+        else:
+            _ack(stream, event)
+    return kept
+
+
+def ack_batch(stream, events) -> None:
+    """Ack the events of a batch (their offsets may then be committed)."""
+    for event in events:
+        _ack(stream, event)
+
+
+def _ack(stream, event) -> None:
+    # Stream.ack without its per-event stream sensor: the message's own ack (reference count,
+    # then the consumer's acked offsets) and the consumer's on_message_out sensor
+    message = event.message
+    if message.ack(stream.app.consumer):
+        stream._on_message_out(message.tp, message.offset, message)

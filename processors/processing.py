@@ -198,21 +198,47 @@ class Processor:
         """Outputs of one raw message.
 
         `state` gives an object's summary by key (`get`) and `remember`s each new
-        record (MemoryStates, or the faust table adapter).
+        record (MemoryStates: the worker keeps one per raw partition).
         """
         out = Outputs()
+        self._process_into(out, key, value, state, topic, partition, offset)
+        return out
+
+    def process_batch(self, messages, state_of) -> dict[int, Outputs]:
+        """Outputs of a batch of raw messages, in one pass: one Outputs per raw partition.
+
+        `messages` are ``(key, value, topic, partition, offset)`` tuples;
+        `state_of(partition)` is the state store of that partition (see
+        ``process``).  Each message is processed against the state the
+        messages before it left, so a batch gives exactly the outputs of its
+        messages processed one by one, and within a partition in the same
+        order (an object's records stay in order; the worker sends each
+        partition's outputs to the same partition number).
+        """
+        by_partition: dict[int, Outputs] = {}
+        current = None   # (partition, Outputs, state) of the run of messages in hand
+        process_into = self._process_into
+        for key, value, topic, partition, offset in messages:
+            if current is None or current[0] != partition:
+                out = by_partition.get(partition)
+                if out is None:
+                    out = by_partition[partition] = Outputs()
+                current = (partition, out, state_of(partition))
+            process_into(current[1], key, value, current[2], topic, partition, offset)
+        return by_partition
+
+    def _process_into(self, out: Outputs, key, value, state, topic, partition, offset) -> None:
         try:
             event = _parse(value)
             obj = event["object"]
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
                 self._definition_event(event, out)
-                return out
+                return
             self._workload_event(event, state, out)
         except Rejected as exc:
             letter = DeadLetter("processor", exc.reason, exc.detail[:2000], value, key=key, topic=topic,
                                 partition=partition, offset=offset)
             out.dead_letters.append((key, records.encode(letter.to_dict())))
-        return out
 
     def _workload_event(self, event: dict, state, out: Outputs):
         cluster, obj = event["cluster"], event["object"]

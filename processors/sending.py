@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import NamedTuple
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -69,12 +70,22 @@ class OutputProducer(faust_aiokafka.Producer):
                 await producer.begin_transaction()
 
 
+class OutputTopics(NamedTuple):
+    """Where each kind of output goes (the fields of processing.Outputs)."""
+
+    records: str
+    transitions: str
+    dead_letters: str
+    definitions: str
+
+
 class OutputBatches:
     """Outputs appended per (raw partition, topic); ``send()`` hands every batch to its producer."""
 
-    def __init__(self, app, raw_topic: str, exactly_once: bool):
+    def __init__(self, app, raw_topic: str, exactly_once: bool, topics: OutputTopics):
         self.app = app
         self.raw_topic = raw_topic
+        self.topics = topics
         self.exactly_once = exactly_once
         self._batches: dict[tuple[int, str], object] = {}
         self._full: list[tuple[int, str, object]] = []
@@ -107,6 +118,15 @@ class OutputBatches:
             if batch.append(key=key, value=value, timestamp=None) is None:
                 raise ValueError(f"an output of {len(value or b'')} bytes to {topic} is larger than "
                                  f"the producer's max batch size")
+
+    def add_batch(self, by_partition) -> None:
+        """Append the outputs of a batch of events (``Processor.process_batch``: Outputs per raw partition)."""
+        for partition, out in by_partition.items():
+            for topic, pairs in ((self.topics.records, out.records), (self.topics.transitions, out.transitions),
+                                 (self.topics.dead_letters, out.dead_letters),
+                                 (self.topics.definitions, out.definitions)):
+                for key, value in pairs:
+                    self.add(partition, topic, key, value)
 
     def _new_batch(self, partition: int):
         return self._aiokafka_producer(self._transactional_id(partition)).create_batch()

@@ -141,3 +141,60 @@ def test_an_invalid_cluster_definition_is_dead_lettered(processor):
            "metadata": {"name": "broken", "uid": "u"}, "spec": {"structureDefinition": {}}}
     (letter,) = decoded(processor.process(None, event(doc, "ADDED"), MemoryStates()).dead_letters)
     assert letter["reason"] == records.INVALID_DEFINITION and "rootComponent" in letter["detail"]
+
+
+def _messages_of_a_history():
+    """Raw messages of a simulated history over three partitions, with re-deliveries and bad input."""
+    from workloadmap.ingest.simulating import simulate_messages
+    messages = []
+    for i, (key, value, _) in enumerate(simulate_messages(clusters=2, workloads=30, days=1, seed=3,
+                                                          bad_fraction=0.05)):
+        partition = hash(key) % 3 if key else 0
+        messages.append((key, value, records.RAW_TOPIC, partition, i))
+        if i % 7 == 0:   # a re-delivery of the same message, in the same batch or a later one
+            messages.append((key, value, records.RAW_TOPIC, partition, i))
+    return messages
+
+
+def test_a_batch_gives_exactly_the_outputs_of_its_messages_one_by_one_per_partition_in_order():
+    messages = _messages_of_a_history()
+    one_by_one, states = {}, {}
+    single = Processor()
+    for key, value, topic, partition, offset in messages:
+        out = single.process(key, value, states.setdefault(partition, MemoryStates()), topic=topic,
+                             partition=partition, offset=offset)
+        mine = one_by_one.setdefault(partition, {"records": [], "transitions": [], "dead_letters": [],
+                                                 "definitions": []})
+        for name in mine:
+            mine[name].extend(getattr(out, name))
+    batched, batch_states = {}, {}
+    processor = Processor()
+    for start in range(0, len(messages), 97):   # batches of any size, cut anywhere
+        by_partition = processor.process_batch(messages[start:start + 97],
+                                               lambda p: batch_states.setdefault(p, MemoryStates()))
+        for partition, out in by_partition.items():
+            mine = batched.setdefault(partition, {"records": [], "transitions": [], "dead_letters": [],
+                                                  "definitions": []})
+            for name in mine:
+                mine[name].extend(getattr(out, name))
+    for outputs in (batched, one_by_one):   # a dead letter says when it was written: not compared
+        for mine in outputs.values():
+            mine["dead_letters"] = [(k, {**json.loads(v), "at": None}) for k, v in mine["dead_letters"]]
+    assert batched == one_by_one
+    assert sum(len(p["records"]) for p in batched.values()) > 100
+    assert any(p["dead_letters"] for p in batched.values())
+    assert batch_states == states
+
+
+def test_within_a_batch_an_event_sees_the_state_the_events_before_it_left(processor):
+    created, updated = _jobset("100"), _jobset("101")
+    batch = [(None, event(created, "ADDED"), records.RAW_TOPIC, 0, 0),
+             (None, event(created, "ADDED"), records.RAW_TOPIC, 0, 1),   # a duplicate: nothing
+             (None, event(updated, at="2026-11-01T00:10:00Z"), records.RAW_TOPIC, 0, 2),
+             (None, event(_jobset("99")), records.RAW_TOPIC, 0, 3)]      # older: nothing
+    states = MemoryStates()
+    (out,) = processor.process_batch(batch, lambda p: states).values()
+    first, second = decoded(out.records)
+    assert (first["resourceVersion"], second["resourceVersion"]) == ("100", "101")
+    assert second["previousStatus"] == "Running" and second["statusSince"] == first["statusSince"]
+    assert len(out.transitions) == 1   # the first record's (from nothing to Running)

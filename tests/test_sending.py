@@ -53,3 +53,32 @@ def test_the_output_producer_commits_the_partitions_transactions_concurrently():
         assert mine == ["offsets", "commit", "begin"]
         assert ("offsets", tid, {("raw", p): 10 + p}, "group") in log
     assert in_flight["most"] == 3, "one after another, at most one transaction would be in flight"
+
+
+def test_a_batchs_outputs_go_to_their_topics_at_the_raw_partition_number_in_order():
+    from workloadmap.processors.processing import Outputs
+    from workloadmap.processors.sending import OutputBatches, OutputTopics
+
+    class Builder:
+        def __init__(self, partition):
+            self.partition, self.appended = partition, []
+
+        def append(self, key, value, timestamp):
+            if len(self.appended) == 2:   # full: OutputBatches starts another
+                return None
+            self.appended.append((key, value))
+            return object()
+
+    outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True,
+                            topics=OutputTopics("records", "transitions", "dead", "definitions"))
+    outputs._new_batch = Builder
+    outputs.add_batch({
+        0: Outputs(records=[(b"a", b"r1"), (b"a", b"r2"), (b"b", b"r3")], transitions=[(b"a", b"t1")]),
+        2: Outputs(dead_letters=[(None, b"d1")], definitions=[(b"c/n", b"w1")]),
+    })
+    sent = [(p, t, b.appended) for p, t, b in outputs._full] + [
+        (p, t, b.appended) for (p, t), b in outputs._batches.items()]
+    assert sorted(sent) == sorted([
+        (0, "records", [(b"a", b"r1"), (b"a", b"r2")]), (0, "records", [(b"b", b"r3")]),
+        (0, "transitions", [(b"a", b"t1")]), (2, "dead", [(None, b"d1")]), (2, "definitions", [(b"c/n", b"w1")])])
+    assert all(b.partition == p for p, _, b in outputs._full + [(p, t, b) for (p, t), b in outputs._batches.items()])
