@@ -253,25 +253,22 @@ class _Builder:
 
     def first(self, expr, stmts: list) -> ast.expr:
         """`ev.first(expr)`: the first output or null (every output computed, as the reference)."""
-        if expr is None:
-            return const(None)
-        value, one = self.outputs(expr, stmts)
-        if one:
-            return value
-        t = self.gen.tmp()
-        stmts.append(assign(t, ast.IfExp(test=value, body=ast.Subscript(value=value, slice=const(0), ctx=ast.Load()),
-                                         orelse=const(None))))
-        return name(t)
+        return self._one_value(expr, stmts, lambda outs: ast.IfExp(
+            test=outs, body=ast.Subscript(value=outs, slice=const(0), ctx=ast.Load()), orelse=const(None)))
 
     def single(self, expr, stmts: list) -> ast.expr:
         """The value of `expr` for a single instance (the reference's aligned(expr, 1)[0])."""
+        return self._one_value(expr, stmts, lambda outs: call("_one_of", outs))
+
+    def _one_value(self, expr, stmts: list, of_outputs) -> ast.expr:
+        """One value of `expr`: its single output, or `of_outputs(its output list)`."""
         if expr is None:
             return const(None)
         value, one = self.outputs(expr, stmts)
         if one:
             return value
         t = self.gen.tmp()
-        stmts.append(assign(t, call("_one_of", value)))
+        stmts.append(assign(t, of_outputs(value)))
         return name(t)
 
     def listed(self, expr, stmts: list) -> ast.expr:
