@@ -73,21 +73,21 @@ def _by_type(raw, tf):
     return {_text(c.get(tf)): c for c in raw}
 
 
-def _count(v, minimum=0):
-    """A count as the reference reads it (ints, digit strings, finite numbers), else Bail."""
-    if v is None:
+def read_count(value, minimum: int = 0) -> int | None:
+    """A count as definitions give them: ints, digit strings and finite numbers (truncated),
+    null for none; ValueError with the reason otherwise."""
+    if value is None:
         return None
-    if v.__class__ is int:
-        if minimum <= v <= MAX_COUNT:
-            return v
-        raise Bail
-    if v.__class__ is str and v.strip().lstrip("-").isdigit():
-        v = int(v)
-    elif v.__class__ is not float or v != v:
-        raise Bail
-    if v < minimum or v > MAX_COUNT:
-        raise Bail
-    return int(v)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ValueError(f"expected a count, got {as_text(value)!r}")
+    if value < minimum or value > MAX_COUNT:
+        raise ValueError(f"count {value!r} out of range")
+    return int(value)
+
+
+_count = read_count   # generated code: its ValueError hands the object to the reference
 
 
 def _ids(outputs):
@@ -99,14 +99,23 @@ def _ids(outputs):
     return ids
 
 
-def _aligned(outputs, n):
+def align(outputs: list, n: int) -> list | None:
+    """One value per instance: n outputs, or one shared by all, or none (null); None when the
+    counts do not match."""
     if len(outputs) == n:
         return outputs
     if len(outputs) == 1:
         return outputs * n
     if not outputs:
         return [None] * n
-    raise Bail
+    return None
+
+
+def _aligned(outputs, n):
+    aligned = align(outputs, n)
+    if aligned is None:
+        raise Bail
+    return aligned
 
 
 def _one_of(outputs):
@@ -508,4 +517,5 @@ def compile_definition(definition: Definition) -> CompiledDefinition | None:
         return None
 
 
-__all__ = ["Bail", "CompiledDefinition", "compile_definition", "component_programs", "fragment_template"]
+__all__ = ["Bail", "CompiledDefinition", "align", "compile_definition", "component_programs", "fragment_template",
+           "read_count"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import compile_definition, component_programs, fragment_template
+from .compiling import align, compile_definition, component_programs, fragment_template, read_count
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.reading import ANY, paths_read
@@ -21,7 +21,6 @@ from .statuses import as_text, match_statuses, resolve_status
 from .workloads import ComponentView, ResolvedWorkload
 
 
-MAX_COUNT = 2**31 - 1  # Kubernetes counts are int32; MaxInt32 is the usual "no maximum"
 
 
 class ResolveError(ValueError):
@@ -80,24 +79,16 @@ class _Evaluation:
         if expr is None:
             return [None] * n
         out = self.outputs(expr)
-        if len(out) == n:
-            return out
-        if len(out) == 1:
-            return out * n
-        if not out:
-            return [None] * n
-        self.fail(expr.field, f"instance ids count ({n}) does not match results count ({len(out)}) of {expr.source!r}")
+        aligned = align(out, n)
+        if aligned is None:
+            self.fail(expr.field, f"instance ids count ({n}) does not match results count ({len(out)}) of {expr.source!r}")
+        return aligned
 
     def count(self, field: str, value, *, minimum: int = 0) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            self.fail(field, f"expected a count, got {as_text(value)!r}")
-        if value < minimum or value > MAX_COUNT:
-            self.fail(field, f"count {value!r} out of range")
-        return int(value)
+        try:
+            return read_count(value, minimum)
+        except ValueError as exc:
+            self.fail(field, str(exc))
 
 
 def _cache_paths(definition: Definition) -> tuple | None:
