@@ -1,9 +1,13 @@
 """Processing raw object events into workload records, transitions and dead letters.
 
-This is the whole of the processors' logic, free of any transport: the faust
-app (app.py) and the embedded pipeline (embedding.py) both call
-:meth:`Processor.process` with a message's key and bytes and a state store,
-and send what it returns.
+This is the whole of the processors' logic, free of any transport: the
+embedded pipeline (embedding.py) calls :meth:`Processor.process` with a
+message's key and bytes and a state store, and the faust app (app.py)
+:meth:`Processor.process_batch` with a batch of messages and the state store
+of each raw partition; both send what they return.  A batch is processed in
+one pass, each message against the state the messages before it left, so it
+gives exactly the outputs of its messages one by one, grouped by raw
+partition in their order.
 
 Why state per object: re-delivered or duplicated events (same cluster, uid,
 resourceVersion) must produce no second record, and a status change needs the

@@ -2,9 +2,16 @@
 
 Why batches: sending each output with ``producer.send`` costs a future, an
 accumulator lookup and a lock per message, about a fifth of a worker's CPU.
-The agent instead appends the outputs of the events in hand to aiokafka
-``BatchBuilder`` objects and hands each batch to the producer at once
-(``send_batch``), then acks those events.
+The agent instead appends the outputs of a batch of events
+(``Processor.process_batch``: outputs per raw partition) to aiokafka
+``BatchBuilder`` objects (``add_batch``) and hands each record batch to the
+producer at once (``send_batch``), then acks those events.
+
+Why no linger (app.py): the record batches are whole when handed over, and
+aiokafka keeps one pending batch per partition (the next ``send_batch`` of a
+partition waits until the pending one leaves) and one produce request in
+flight per broker.  A lingering batch held the agent until it left; with no
+linger what comes while a request is in flight goes in the next request.
 
 Why this producer: in exactly-once mode faust runs one transactional producer
 per assigned raw partition and commits, in its transaction, that partition's
