@@ -7,10 +7,14 @@ Completed or Failed, then deletion for some), in batches as the Kafka writer
 writes them.  Resolution is not timed; what is timed is Warehouse.write:
 validation, Arrow columns, dedup, states, intervals, offsets, commit.
 
-Three figures, one JSON line:
+Four figures, one JSON line, in rows/s (wall clock) and rows per CPU-second (the machine is shared):
+- ``texts``: records with their JSON text already in hand, parsed as strict JSON (as the Kafka
+  writer hands them to ``Warehouse``): the writer alone;
+- ``messages``: the Kafka writer's whole path from the messages' bytes (``check_messages``: parse
+  with orjson, check, then write), without a broker;
 - ``dicts``: records given as dicts (JSON-encoded by write, as in the demo);
-- ``texts``: records with their JSON text already in hand (the Kafka path);
-- ``replay``: the same batches again (all duplicates, nothing written).
+- ``replay``: the ``texts`` batches again (all duplicates, nothing written).
+The process collects garbage as the services do (``collect_garbage_rarely``).
 
 With ``--history`` (``make bench`` runs both): the writer's cost per batch as the history grows.
 A history of N states (30,000, then 10,000,000) is seeded in SQL (``seed_history``: states,
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import namedtuple
 import os
 import tempfile
 import time
@@ -33,7 +38,12 @@ import time
 
 from workloadmap.catalog import Catalog
 from workloadmap.catalog.registry import bundled_examples
-from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse
+from workloadmap.running import collect_garbage_rarely
+from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse, check_messages
+
+
+# What the Kafka writer reads of a consumer record.
+Message = namedtuple("Message", "topic partition offset key value")
 
 STEPS = ("Initializing", "Running", "Running", "Running", "Completed", "Failed", "Deleted")
 
@@ -71,15 +81,29 @@ def history(n: int, per_workload: int = 8) -> list[dict]:
     return out
 
 
-def timed_write(path: str, batches: list[list[dict]], texts: list[list[str]] | None) -> tuple[float, int]:
+def timed_write(path: str, batches: list[list[dict]], texts: list[list[str]] | None) -> tuple[float, float, int]:
+    """Wall and CPU seconds to write the batches of dicts (their texts given: as the Kafka writer
+    hands them, parsed as strict JSON), and the states inserted."""
     with Warehouse(path) as wh:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         inserted = 0
         for i, batch in enumerate(batches):
             res = wh.write(batch, offsets={("workloadmap.workloads.v1", 0): (i + 1) * len(batch)},
-                           texts=texts[i] if texts else None)
+                           texts=texts[i] if texts else None, texts_are_json=texts is not None)
             inserted += res.inserted
-        return time.perf_counter() - start, inserted
+        return time.perf_counter() - start, time.process_time() - start_cpu, inserted
+
+
+def timed_messages(path: str, batches: list[list[Message]]) -> tuple[float, float, int]:
+    """The Kafka writer's whole path from the messages' bytes (parse, check, write), without a broker."""
+    with Warehouse(path) as wh:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        inserted = 0
+        for batch in batches:
+            rows, texts, transitions, dead, offsets, texts_are_json = check_messages(batch)
+            assert not dead
+            inserted += wh.write_checked(rows, texts, transitions, offsets, texts_are_json=texts_are_json).inserted
+        return time.perf_counter() - start, time.process_time() - start_cpu, inserted
 
 
 LIVE = 2000  # live workloads, the same at every history size
@@ -115,7 +139,7 @@ def seed_history(path: str, rows: int, live: int = LIVE, k: int = STATES_PER_WOR
                    {status}, NULL, CASE WHEN deleted THEN 0 ELSE 1 END, CASE WHEN deleted THEN 0 ELSE 8 END,
                    CASE WHEN deleted THEN 0 ELSE 16 END, CASE WHEN deleted THEN 0 ELSE 68719476736 END,
                    CASE WHEN deleted THEN MAP {{}}::MAP(VARCHAR, DOUBLE) ELSE MAP {{'nvidia.com/gpu': 8.0}} END,
-                   NULL, json_object('uid', printf('00000000-0000-4000-8000-%012d', w), 'status', {status})
+                   json_object('uid', printf('00000000-0000-4000-8000-%012d', w), 'status', {status})
             FROM ({base})""")
         # One interval per state (each one changes status), closed by the next; the Deleted ones
         # stay open in interval_history, the live workloads' last ones are in workload_current.
@@ -235,19 +259,27 @@ def main() -> None:
     recs = history(args.records)
     batches = [recs[i:i + args.batch] for i in range(0, len(recs), args.batch)]
     texts = [[json.dumps(r, separators=(",", ":")) for r in b] for b in batches]
+    messages = [[Message("workloadmap.workloads.v1", 0, i * args.batch + j, None, t.encode()) for j, t in enumerate(b)]
+                for i, b in enumerate(texts)]
+    collect_garbage_rarely()  # as `workloadmap run warehouse` does
     with tempfile.TemporaryDirectory() as tmp:
-        t_dicts, n1 = timed_write(os.path.join(tmp, "dicts.duckdb"), batches, None)
+        t_dicts, c_dicts, n1 = timed_write(os.path.join(tmp, "dicts.duckdb"), batches, None)
+        t_msgs, c_msgs, n4 = timed_messages(os.path.join(tmp, "messages.duckdb"), messages)
         path = os.path.join(tmp, "texts.duckdb")
-        t_texts, n2 = timed_write(path, batches, texts)
-        t_replay, n3 = timed_write(path, batches, texts)
+        t_texts, c_texts, n2 = timed_write(path, batches, texts)
+        t_replay, c_replay, n3 = timed_write(path, batches, texts)
         size = os.path.getsize(path)
+    n = len(recs)
     print(json.dumps({
-        "bench": "warehouse.write", "records": len(recs), "batch": args.batch,
-        "dicts_rows_per_s": round(len(recs) / t_dicts), "texts_rows_per_s": round(len(recs) / t_texts),
-        "replay_rows_per_s": round(len(recs) / t_replay), "inserted": n2, "replay_inserted": n3,
-        "file_mb": round(size / 2**20, 1), "cpus": os.cpu_count(),
+        "bench": "warehouse.write", "records": n, "batch": args.batch,
+        "texts_rows_per_s": round(n / t_texts), "messages_rows_per_s": round(n / t_msgs),
+        "dicts_rows_per_s": round(n / t_dicts), "replay_rows_per_s": round(n / t_replay),
+        "rows_per_cpu_s": {"texts": round(n / c_texts), "messages": round(n / c_msgs), "dicts": round(n / c_dicts),
+                           "replay": round(n / c_replay)},
+        "target_rows_per_s": 50_000, "inserted": n2, "replay_inserted": n3,
+        "file_mb": round(size / 2**20, 1), "cpus": os.cpu_count(), "load_1m": round(os.getloadavg()[0], 2),
     }))
-    assert n1 == n2 == len(recs) and n3 == 0
+    assert n1 == n2 == n4 == len(recs) and n3 == 0
 
 
 if __name__ == "__main__":

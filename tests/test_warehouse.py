@@ -141,7 +141,7 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
     for statement in ("DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
                       "DROP TABLE workload_current", "DROP TABLE deleted_workloads",
                       "ALTER TABLE v2_intervals RENAME TO status_intervals",
-                      schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version = 3"):
+                      schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version >= 3"):
         conn.execute(statement)
     assert schema.current_version(conn) == 2
     conn.close()
@@ -156,6 +156,43 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
         res = wh.write(other[3:] + recs[-2:])
         assert (res.inserted, res.duplicates) == (3, 2)
         assert intervals(wh) == EXPECTED_LIFECYCLE and intervals(wh, "uid-2") == EXPECTED_LIFECYCLE
+
+
+def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
+    """A version-3 file (components stored as a column of their own) opens with the same rows,
+    components now read from the record; the writer carries on from it."""
+    written, old = tmp_path / "written.duckdb", tmp_path / "v3.duckdb"
+    recs = example_batch()
+    with Warehouse(written) as wh:
+        wh.write(recs[:40], offsets={("t", 0): 40})
+        cur = wh.cursor()
+        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall()))
+                    for t in ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")}
+    assert all(expected.values())
+    conn = duckdb.connect(str(old))
+    assert schema.migrate(conn, target=3) == [1, 2, 3]
+    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
+    for table in ("workload_states", "workload_current", "interval_history", "deleted_workloads", "transitions",
+                  "consumer_offsets"):  # the version-3 layout: components stored, in their column's place
+        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+    assert conn.execute("SELECT count(*) FROM workload_states WHERE components IS NOT NULL").fetchone()[0] > 0
+    conn.execute("DETACH w")
+    conn.close()
+    with Warehouse(old) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION == 4
+        cur = wh.cursor()
+        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in expected} == expected
+        generated = cur.execute("SELECT generation_expression FROM duckdb_columns() "
+                                "WHERE table_name = 'workload_states' AND column_name = 'components'").fetchone()
+        assert generated is not None and "json_extract" in (generated[0] or "")
+        res = wh.write(recs, offsets={("t", 0): len(recs)})  # the first 40 again: duplicates
+        assert res.duplicates >= 40 and res.inserted == len({(r["cluster"], r["uid"], r["resourceVersion"])
+                                                             for r in recs[40:]} - {
+            (r["cluster"], r["uid"], r["resourceVersion"]) for r in recs[:40]})
+        rec = recs[-1]
+        assert cur.execute("SELECT json_array_length(components) FROM workload_states WHERE uid = ? AND cluster = ? "
+                           "ORDER BY seq DESC LIMIT 1", [rec["uid"], rec["cluster"]]).fetchone()[0] == len(
+            rec["components"])
 
 
 def test_deleted_workloads_leave_the_keyed_table_and_late_records_take_the_exact_path(tmp_path):

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from workloadmap.catalog import records
@@ -161,6 +162,108 @@ def check_record(record) -> tuple:
     )
 
 
+class _Slow(Exception):
+    """The batch's fast check met something it does not decide: check_record decides, record by record."""
+
+
+_REQUIRED = frozenset(_RECORD_FIELDS)
+_TOTAL_REQUIRED = frozenset(("gpu", "cpu", "memory"))
+_NUMBER = (int, float)
+_UTC = timezone.utc
+
+
+def _fast_rows(values) -> list[tuple]:
+    """check_record over a batch, inlined: the same rows for records it accepts; raises _Slow (or
+    any other exception) at the first value it does not accept outright, never accepting what
+    check_record refuses (its type tests are exact types, stricter than check_record's isinstance).
+    ~3x faster than calling check_record per record: the batch's usual case, all valid."""
+    out = []
+    parse = datetime.fromisoformat
+    times: dict[str, datetime] = {}  # a batch repeats instants (creation timestamps, observedAt)
+    for r in values:
+        if type(r) is not dict or not r.keys() >= _REQUIRED:
+            raise _Slow
+        g = r.get
+        cluster, uid, kind, status = r["cluster"], r["uid"], r["kind"], r["status"]
+        if not (type(cluster) is str and type(uid) is str and type(kind) is str and type(status) is str
+                and cluster and uid and kind and status):
+            raise _Slow
+        event_type, deleted = r["eventType"], r["deleted"]
+        if type(event_type) is not str or event_type not in EVENT_TYPES or type(deleted) is not bool:
+            raise _Slow
+        observed_text = r["observedAt"]
+        observed = times.get(observed_text)
+        if observed is None:
+            if type(observed_text) is not str:
+                raise _Slow
+            observed = parse(observed_text.replace("Z", "+00:00"))
+            if observed.tzinfo is None:
+                observed = observed.replace(tzinfo=_UTC)
+            times[observed_text] = observed
+        created = g("creationTimestamp")
+        if created is not None:
+            text, created = created, times.get(created)
+            if created is None:
+                if type(text) is not str:
+                    raise _Slow
+                created = parse(text.replace("Z", "+00:00"))
+                if created.tzinfo is None:
+                    created = created.replace(tzinfo=_UTC)
+                times[text] = created
+        total = r["total"]
+        if type(total) is not dict or not total.keys() >= _TOTAL_REQUIRED:
+            raise _Slow
+        gpus, cpu, memory, pods = total["gpu"], total["cpu"], total["memory"], total.get("pods", 0)
+        if not (type(gpus) in _NUMBER and type(cpu) in _NUMBER and type(memory) in _NUMBER and type(pods) is int
+                and gpus >= 0 and cpu >= 0 and 0 <= memory <= _INT64_MAX and 0 <= pods <= _INT32_MAX):
+            raise _Slow
+        gres = total.get("gpuResources") or None
+        if gres is not None:
+            if type(gres) is not dict:
+                raise _Slow
+            gres = sorted(gres.items())
+            for k, v in gres:
+                if type(k) is not str or type(v) not in _NUMBER:
+                    raise _Slow
+        rv, generation = g("resourceVersion"), g("generation")
+        if not ((rv is None or type(rv) is str) and (generation is None or type(generation) is int)):
+            raise _Slow
+        api_version, namespace, name, definition = g("apiVersion"), g("namespace"), g("name"), g("definition")
+        framework, origin, phase = g("framework"), g("origin"), g("phase")
+        if not ((api_version is None or type(api_version) is str) and (namespace is None or type(namespace) is str)
+                and (name is None or type(name) is str) and (definition is None or type(definition) is str)
+                and (framework is None or type(framework) is str) and (origin is None or type(origin) is str)
+                and (phase is None or type(phase) is str)):
+            raise _Slow
+        if deleted:
+            status, pods, gpus, cpu, memory, gres = DELETED, 0, 0.0, 0.0, 0, None
+        out.append((
+            cluster, uid, api_version, kind, namespace, name, definition, framework,
+            rv, rv if rv is not None else "@" + observed_text, generation, origin, created,
+            observed, event_type, deleted, status, phase,
+            pods, float(gpus), float(cpu), int(memory), [(k, float(v)) for k, v in gres] if gres else [],
+        ))
+    return out
+
+
+def check_records(values: list) -> list:
+    """check_record over a batch: per value its row, or the MalformedRecord that refuses it.
+
+    The batch's usual case (all valid) takes the fast inlined check; any batch it does not accept
+    outright goes record by record through check_record, which decides and gives the reasons."""
+    try:
+        return _fast_rows(values)
+    except Exception:
+        pass
+    out = []
+    for v in values:
+        try:
+            out.append(check_record(v))
+        except MalformedRecord as exc:
+            out.append(exc)
+    return out
+
+
 def check_transition(transition) -> tuple:
     """Validate one transition; return its row or raise MalformedRecord."""
     if not isinstance(transition, dict):
@@ -246,8 +349,7 @@ WHERE EXISTS (SELECT 1 FROM wm_rebuild r WHERE r.cluster = i.cluster AND r.uid =
 _INSERT_STATES = f"""
 INSERT INTO workload_states BY NAME
 SELECT seq, {_IDENT}, resource_version, version_key, generation, origin,
-       creation_timestamp, observed_at, event_type, deleted, status, phase, {_DEMAND},
-       json_extract(record, '$.components') AS components, record::JSON AS record
+       creation_timestamp, observed_at, event_type, deleted, status, phase, {_DEMAND}, record::JSON AS record
 FROM wm_new_states
 """
 
@@ -349,38 +451,47 @@ class Warehouse:
 
     def write(self, records: list[dict] = (), transitions: list[dict] = (),
               offsets: dict[tuple[str, int], int] | None = None, *,
-              texts: list[str] | None = None) -> WriteResult:
+              texts: list[str] | None = None, texts_are_json: bool = False) -> WriteResult:
         """Insert one batch in one transaction; return what was new and what was a duplicate.
 
         `records` are workload records, `transitions` status transitions (both
         as published on their topics); `offsets` maps (topic, partition) to the
         next offset to read after this batch, stored for ``self.consumer``.
         `texts` optionally gives each record's JSON text as received (saves
-        re-encoding; it is what ``record`` stores).  Raises MalformedRecord,
-        before touching the file, if any record or transition is malformed.
+        re-encoding; it is what ``record`` stores); DuckDB checks that they are JSON
+        unless `texts_are_json` says they were parsed as strict JSON already.
+        Raises MalformedRecord, before touching the file, if any record or
+        transition is malformed.
         """
-        state_rows = [check_record(r) for r in records]
+        state_rows = check_records(records)
+        for row in state_rows:
+            if isinstance(row, MalformedRecord):
+                raise row
         transition_rows = [check_transition(t) for t in transitions]
         if texts is None:
-            texts = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in records]
+            try:  # orjson writes strict JSON (it refuses what JSON cannot say)
+                texts, texts_are_json = [orjson.dumps(r).decode() for r in records], True
+            except TypeError:  # integers beyond 64 bits, keys that are not strings
+                texts, texts_are_json = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in records], False
         elif len(texts) != len(records):
             raise ValueError("texts must give one JSON text per record")
-        return self.write_checked(state_rows, texts, transition_rows, offsets)
+        return self.write_checked(state_rows, texts, transition_rows, offsets, texts_are_json=texts_are_json)
 
     def write_checked(self, state_rows: list[tuple], texts: list[str], transition_rows: list[tuple],
-                      offsets: dict[tuple[str, int], int] | None = None) -> WriteResult:
-        """``write`` for rows already validated by check_record / check_transition (the Kafka path)."""
+                      offsets: dict[tuple[str, int], int] | None = None, *,
+                      texts_are_json: bool = False) -> WriteResult:
+        """``write`` for rows already validated by check_records / check_transition (the Kafka path)."""
         with self._lock:
-            return self._write(state_rows, texts, transition_rows, offsets or {})
+            return self._write(state_rows, texts, transition_rows, offsets or {}, texts_are_json)
 
-    def _write(self, state_rows, texts, transition_rows, offsets) -> WriteResult:
+    def _write(self, state_rows, texts, transition_rows, offsets, texts_are_json=False) -> WriteResult:
         result = WriteResult()
         conn = self.conn
         conn.execute("BEGIN TRANSACTION")
         try:
             if state_rows:
                 try:
-                    self._apply_states(result, state_rows, texts)
+                    self._apply_states(result, state_rows, texts, texts_are_json)
                 finally:
                     for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
                                  "wm_intervals", "wm_current"):
@@ -405,7 +516,8 @@ class Warehouse:
             raise
         return result
 
-    def _apply_states(self, result: WriteResult, rows: list[tuple], texts: list[str]) -> None:
+    def _apply_states(self, result: WriteResult, rows: list[tuple], texts: list[str],
+                      texts_are_json: bool = False) -> None:
         conn = self.conn
         # Dedup inside the batch: the first occurrence of each (cluster, uid, version_key, deleted).
         first: dict[tuple, int] = {}
@@ -449,8 +561,12 @@ class Warehouse:
             return
         seq0 = self._next_seq
         seqs = {i: seq0 + n for n, i in enumerate(new, start=1)}
-        cols = _columns([rows[i] for i in new], _STATE_SCHEMA)
-        cols["record"] = pa.array([texts[i] for i in new], type=pa.string())
+        cols = _columns([rows[i] for i in new] if len(new) < len(rows) else rows, _STATE_SCHEMA)
+        # Texts already parsed as strict JSON go in as Arrow's JSON type, which DuckDB takes as its
+        # JSON without parsing them again (its cast from VARCHAR parses each, ~10% of a batch).
+        # (pa.array builds the JSON type ~5x slower than a string array wrapped as one.)
+        record = pa.array([texts[i] for i in new] if len(new) < len(texts) else texts, type=pa.string())
+        cols["record"] = pa.ExtensionArray.from_storage(pa.json_(), record) if texts_are_json else record
         cols["seq"] = pa.array([seqs[i] for i in new], type=pa.int64())
         conn.register("wm_new_states", pa.table(cols))
         # Each touched workload's steps: its open interval (the anchor) and its new states; all its
@@ -465,7 +581,7 @@ class Warehouse:
         for i in new:
             r = rows[i]
             steps.setdefault((r[_C], r[_U]), []).append(
-                (r[_OBS], seqs[i], False, r[:8], r[_ST], (r[18], r[19], r[20], r[21], _gpu_map(r[_GRES])), r[_VK]))
+                (r[_OBS], seqs[i], False, r[:8], r[_ST], (r[18], r[19], r[20], r[21], tuple(r[_GRES])), r[_VK]))
         for key, c in current.items():
             if key in steps and key not in rebuild:
                 steps[key].append((c[12], c[18], True, (c[0], c[1]) + tuple(c[5:11]), c[11],
@@ -549,6 +665,57 @@ class Warehouse:
 
 
 # --------------------------------------------------------------------------- Kafka
+
+
+def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC):
+    """A batch of Kafka messages as the writer takes them: (state rows, their texts, transition
+    rows, dead letters, offsets after the batch, whether every text was parsed as strict JSON).
+
+    Each value is parsed once (orjson: strict JSON; the standard library when orjson refuses, so
+    what is malformed is what it rejects); the workload records are checked together
+    (check_records); what cannot be stored becomes a dead letter with its reason."""
+    rows, texts, transitions, dead, offsets = [], [], [], [], {}
+    values, kept = [], []  # the workload records, checked together
+    texts_are_json = True
+
+    def dead_letter(m, exc):
+        if isinstance(exc, MalformedRecord):
+            reason, detail = exc.reason, exc.detail
+        else:
+            reason, detail = records.MALFORMED_JSON, str(exc)[:200]
+        dead.append(DeadLetter(STAGE, reason, detail, m.value or b"", key=m.key, topic=m.topic,
+                               partition=m.partition, offset=m.offset))
+
+    loads = orjson.loads
+    for m in messages:
+        key = (m.topic, m.partition)
+        if offsets.get(key, -1) <= m.offset:
+            offsets[key] = m.offset + 1
+        data = m.value
+        try:
+            if data is None:
+                value, strict = None, True
+            else:
+                try:
+                    value, strict = loads(data), True
+                except orjson.JSONDecodeError:
+                    value, strict = json.loads(data), False  # raises what the standard library rejects
+            if m.topic == transitions_topic:
+                transitions.append(check_transition(value))
+            else:
+                text = data.decode()
+                texts_are_json = texts_are_json and strict
+                values.append(value)
+                kept.append((m, text))
+        except (ValueError, UnicodeDecodeError) as exc:
+            dead_letter(m, exc)
+    for row, (m, text) in zip(check_records(values), kept):
+        if isinstance(row, MalformedRecord):
+            dead_letter(m, row)
+        else:
+            rows.append(row)
+            texts.append(text)
+    return rows, texts, transitions, dead, offsets, texts_are_json
 
 
 CAUGHT_UP_POLL_S = 0.02  # a poll this long that brings nothing: the writer has caught up
@@ -678,31 +845,14 @@ class KafkaWarehouseWriter:
         if not self._pending:
             return None
         messages, self._pending = self._pending, []
-        rows, texts, transitions, dead, offsets = [], [], [], [], {}
-        for m in messages:
-            key = (m.topic, m.partition)
-            offsets[key] = max(offsets.get(key, 0), m.offset + 1)
-            try:
-                value = records.decode(m.value) if m.value is not None else None
-                if m.topic == self.transitions_topic:
-                    transitions.append(check_transition(value))
-                else:
-                    rows.append(check_record(value))
-                    texts.append(m.value.decode())
-            except (ValueError, UnicodeDecodeError) as exc:
-                if isinstance(exc, MalformedRecord):
-                    reason, detail = exc.reason, exc.detail
-                else:
-                    reason, detail = records.MALFORMED_JSON, str(exc)[:200]
-                dead.append(DeadLetter(STAGE, reason, detail, m.value or b"", key=m.key, topic=m.topic,
-                                       partition=m.partition, offset=m.offset))
+        rows, texts, transitions, dead, offsets, texts_are_json = check_messages(messages, self.transitions_topic)
         if dead:
             producer = self._dead_letter_producer()
             for letter in dead:
                 producer.send(self.deadletter_topic, key=letter.key, value=records.encode(letter.to_dict()))
             producer.flush()
             self.dead_letters += len(dead)
-        result = self.warehouse.write_checked(rows, texts, transitions, offsets)
+        result = self.warehouse.write_checked(rows, texts, transitions, offsets, texts_are_json=texts_are_json)
         self.totals += result
         if self.commit_to_kafka:
             self._commit_kafka(offsets)
