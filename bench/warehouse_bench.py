@@ -85,6 +85,7 @@ def timed_write(path: str, batches: list[list[dict]], texts: list[list[str]] | N
     """Wall and CPU seconds to write the batches of dicts (their texts given: as the Kafka writer
     hands them, parsed as strict JSON), and the states inserted."""
     with Warehouse(path) as wh:
+        wh.conn.execute(f"SET threads = {WRITER_THREADS}")  # as the Kafka writer runs it
         start, start_cpu = time.perf_counter(), time.process_time()
         inserted = 0
         for i, batch in enumerate(batches):
@@ -97,6 +98,7 @@ def timed_write(path: str, batches: list[list[dict]], texts: list[list[str]] | N
 def timed_messages(path: str, batches: list[list[Message]]) -> tuple[float, float, int]:
     """The Kafka writer's whole path from the messages' bytes (parse, check, write), without a broker."""
     with Warehouse(path) as wh:
+        wh.conn.execute(f"SET threads = {WRITER_THREADS}")  # as the Kafka writer runs it
         start, start_cpu = time.perf_counter(), time.process_time()
         inserted = 0
         for batch in batches:

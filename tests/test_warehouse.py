@@ -6,6 +6,7 @@ Every test uses a real DuckDB file in tmp_path; the Kafka tests a real broker.
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import os
@@ -23,8 +24,10 @@ import pytest
 
 from workloadmap.catalog import Catalog, records
 from workloadmap.catalog.registry import bundled_examples
-from workloadmap.warehouse import schema
+from workloadmap.warehouse import schema, writing
 from workloadmap.warehouse.writing import KafkaWarehouseWriter, MalformedRecord, Warehouse
+
+WORKLOADS, TRANSITIONS = records.WORKLOADS_TOPIC, records.TRANSITIONS_TOPIC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -343,6 +346,51 @@ def test_malformed_records_are_refused_before_writing(tmp_path):
             with pytest.raises(MalformedRecord):
                 wh.write([good, b])
         assert wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0] == 0
+
+
+def test_the_batch_check_gives_check_records_rows_and_its_reasons():
+    """check_records' fast path gives exactly check_record's rows; a batch it does not accept outright
+    is checked record by record, each malformed one with check_record's reason."""
+    good = [as_record(r, cluster=f"c{i % 3}", observed=f"2025-06-03T09:{i % 60:02d}:00.5+02:00",
+                      event="DELETED" if i % 7 == 0 else "MODIFIED", uid=f"u{i}", creationTimestamp="2025-06-01")
+            for i, r in enumerate(EXAMPLES * 2)]
+    assert writing._fast_rows(good) == [writing.check_record(r) for r in good] == writing.check_records(good)
+    odd = [dict(good[0], resourceVersion=7), dict(good[1], total=dict(good[1]["total"], gpuResources={"b": 1, "a": 2.5}))]
+    assert writing.check_records(odd) == [writing.check_record(r) for r in odd]  # accepted, as before
+    bad = [dict(good[0], observedAt="yesterday"), {k: v for k, v in good[1].items() if k != "uid"},
+           dict(good[2], deleted="no"), dict(good[3], total={"gpu": -1, "cpu": 0, "memory": 0}), "not a dict",
+           dict(good[4], total={"gpu": 0, "cpu": 0, "memory": 0, "pods": True}), dict(good[5], eventType=["x"])]
+    checked = writing.check_records(good[:3] + bad + good[3:6])
+    assert checked[:3] == [writing.check_record(r) for r in good[:3]]
+    assert checked[-3:] == [writing.check_record(r) for r in good[3:6]]
+    assert [(e.reason, type(e)) for e in checked[3:-3]] == [
+        (records.WRONG_TYPES, MalformedRecord), (records.MISSING_FIELDS, MalformedRecord)] + [
+        (records.WRONG_TYPES, MalformedRecord)] * 5
+
+
+def test_check_messages_dead_letters_with_reasons_and_keeps_json_checks(tmp_path):
+    """The Kafka writer's batch (check_messages): offsets past every message, dead letters with
+    reasons, and texts that only the standard library parses (NaN) still go through DuckDB's JSON cast."""
+    Message = collections.namedtuple("Message", "topic partition offset key value")
+    recs = lifecycle()
+    msgs = [Message(WORKLOADS, 0, 10 + i, b"k", json.dumps(r).encode()) for i, r in enumerate(recs)]
+    msgs += [Message(WORKLOADS, 1, 3, b"k", b"{not json"), Message(WORKLOADS, 1, 4, b"k", b'{"cluster": "c1"}'),
+             Message(WORKLOADS, 1, 5, None, None),
+             Message(TRANSITIONS, 0, 7, b"k", json.dumps({"cluster": "c1", "uid": "u", "to": "Running",
+                                                           "at": "2025-06-03T09:00:00Z"}).encode())]
+    rows, texts, transitions, dead, offsets, strict = writing.check_messages(msgs, TRANSITIONS)
+    assert rows == [writing.check_record(r) for r in recs] and texts == [m.value.decode() for m in msgs[:len(recs)]]
+    assert len(transitions) == 1 and strict
+    assert offsets == {(WORKLOADS, 0): 10 + len(recs), (WORKLOADS, 1): 6, (TRANSITIONS, 0): 8}
+    assert [(d.reason, d.offset) for d in dead] == [
+        (records.MALFORMED_JSON, 3), (records.MISSING_FIELDS, 4), (records.WRONG_TYPES, 5)]
+    nan = Message(WORKLOADS, 0, 99, b"k", json.dumps(as_record(recs[0], uid="u-nan", phase=None))
+                  .replace('"phase": null', '"phase": null, "extra": NaN').encode())
+    rows, texts, _, dead, _, strict = writing.check_messages([nan], TRANSITIONS)
+    assert len(rows) == 1 and not dead and not strict  # parsed by the standard library: not strict JSON
+    with Warehouse(tmp_path / "w.duckdb") as wh:  # stored as before: DuckDB's JSON takes NaN
+        assert wh.write_checked(rows, texts, [], {}, texts_are_json=strict).inserted == 1
+        assert wh.cursor().execute("SELECT record->>'$.extra' FROM workload_states").fetchone() == ("NaN",)
 
 
 def test_offsets_are_stored_with_the_rows(tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 import os
 import threading
 import time
@@ -402,13 +403,16 @@ def _gpu_map(value) -> tuple:
     return tuple(sorted((k, v) for k, v in value))
 
 
+_TIME_SEQ = operator.itemgetter(0, 1)
+
+
 def _intervals(steps: list[tuple]) -> list[list]:
     """Interval starts of one workload's steps, each step (t, seq, is_anchor, ident, status, demand, vk).
 
     A start is the first step and every step whose status or demand differs from the previous one;
     it lasts until the next start.  Returns [start step, valid_to] pairs.
     """
-    steps.sort(key=lambda x: (x[0], x[1]))
+    steps.sort(key=_TIME_SEQ)
     starts, prev = [], None
     for step in steps:
         if prev is None or step[4] != prev[4] or step[5] != prev[5]:
@@ -588,8 +592,8 @@ class Warehouse:
                                    (c[13], c[14], c[15], c[16], _gpu_map(c[17])), c[4]))
         closed, latest_rows, deleted_keys, opened = [], [], [], 0
         for key, workload_steps in steps.items():
-            latest = max(workload_steps, key=lambda x: (x[0], x[1]))
-            starts = _intervals(workload_steps)
+            starts = _intervals(workload_steps)  # sorts the steps by (t, seq)
+            latest = workload_steps[-1]
             for (t, seq, is_anchor, ident, status, demand, _), valid_to in starts:
                 opened += not is_anchor
                 row = (*ident, status, t, valid_to, *demand[:4], list(demand[4]), seq)
@@ -703,7 +707,7 @@ def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC):
             if m.topic == transitions_topic:
                 transitions.append(check_transition(value))
             else:
-                text = data.decode()
+                text = data.decode() if data is not None else ""  # (None is refused by check_records)
                 texts_are_json = texts_are_json and strict
                 values.append(value)
                 kept.append((m, text))
