@@ -243,6 +243,7 @@ def batch_cost(rows: int, batches: int = 40, warmup: int = 5) -> dict:
 
 
 def history_main(sizes: list[int], batches: int) -> None:
+    collect_garbage_rarely()  # as `workloadmap run warehouse` does
     results = [batch_cost(n, batches) for n in sizes]
     small, large = results[0], results[-1]
     print(json.dumps({
