@@ -1,21 +1,29 @@
 """Benchmark: the pipeline on a real broker, from publish to DuckDB visibility.
 
-Starts a Kafka broker (tests/services), one processor worker (`workloadmap run
-processors`, a subprocess) and the warehouse writer (in this process, so
+Starts a Kafka broker (tests/services), processor workers (`workloadmap run
+processors`, subprocesses) and the warehouse writer (in this process, so
 visibility is observed the moment a batch commits).  The raw events are
 published from a process of their own, as the watchers are in production
-(with the publisher's defaults: idempotent, acks=all, 5 ms linger).  Two
-measurements:
+(with the publisher's defaults: idempotent, acks=all, 5 ms linger).  Every
+measurement starts after a warm-up on other objects.  Measured:
 
-- sustained: publish --events simulated raw events as fast as possible;
-  events/s = events / (last row visible - first publish);
-- latency: publish at a fixed --rate (1,000 events/s) for --seconds; per
-  event, the time from publish to its row being visible in DuckDB; p50/p99,
-  also split where the worker appends the event's record (its CreateTime).
+- sustained, one worker: publish --events simulated raw events as fast as
+  possible; events/s = events / (last row visible - first publish), with
+  the CPU milliseconds per event of each process (the writer's includes
+  DuckDB's threads and the visibility queries of this benchmark);
+- latency, --latency-runs runs of --seconds each at a fixed --rate (1,000
+  events/s), each on objects of its own: per event, the time from publish to
+  its row being visible in DuckDB; p50/p99/max per run, also split where the
+  worker appends the event's record (its CreateTime);
+- scale-out (--scale-out-partitions, 6; 0 skips it): sustained events/s of
+  one and then two workers on a raw topic of that many partitions (fresh
+  topics and writer each), the ratio of the two, and each process's CPU per
+  event.
 
-CPU milliseconds per event are given per process (the writer's includes
-DuckDB's threads and the visibility queries of this benchmark).  Prints one
-JSON line.  Targets on the 2-core machine: >= 5,000 events/s, p99 <= 2 s.
+Prints one JSON line.  Targets on the 2-core machine: >= 5,000 events/s
+sustained, p99 <= 1 s at 1,000 events/s in every run.  The whole bench at
+its defaults takes ~6 minutes; `--events 10000 --seconds 20 --warmup 2000`
+keeps it to ~3.
 """
 
 from __future__ import annotations
@@ -126,16 +134,25 @@ def cpu_seconds(pid: int | None = None, thread: int | None = None) -> float:
 
 
 class Run:
-    def __init__(self, broker, tmp: Path, tag: str):
+    """The services of one measurement, on topics, a consumer group and a DuckDB file of their own."""
+
+    def __init__(self, broker, tmp: Path, tag: str, *, workers: int = 1, partitions: int = 3):
         self.broker = broker
         self.env = dict(os.environ, WORKLOADMAP_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
                         WORKLOADMAP_RAW_TOPIC=f"raw-{tag}", WORKLOADMAP_WORKLOADS_TOPIC=f"workloads-{tag}",
                         WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{tag}",
-                        WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{tag}", WORKLOADMAP_CLIENT_ID=f"bench-{tag}")
+                        WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{tag}",
+                        WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{tag}",
+                        WORKLOADMAP_CLIENT_ID=f"bench-{tag}", WORKLOADMAP_PARTITIONS=str(partitions))
         self.tag = tag
-        self.log = open(tmp / f"processors-{tag}.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "processors"], env=self.env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.partitions = partitions
+        self.logs = [open(tmp / f"processors-{tag}-{i}.log", "wb") for i in range(workers)]
+        self.procs = []
+        for log in self.logs:
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "processors"],
+                                               env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp))
+            if len(self.procs) == 1:
+                self._wait_for_topics()   # the first worker creates them; the others join its group
         self.visible: dict[tuple[str, str], float] = {}
         self.writer = KafkaWarehouseWriter(
             broker.bootstrap_servers, tmp / f"bench-{tag}.duckdb",
@@ -147,6 +164,10 @@ class Run:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.writer.run, args=(self.stop,), daemon=True)
 
+    @property
+    def raw_topic(self) -> str:
+        return f"raw-{self.tag}"
+
     def _on_batch(self, result, count):
         now = time.time()
         rows = self.writer.warehouse.cursor().execute(
@@ -155,17 +176,27 @@ class Run:
             self.visible.setdefault((uid, rv), now)
             self._last_seq = max(self._last_seq, seq)
 
-    def start(self):
-        # topics exist once the processor has started (it creates them)
+    def _wait_for_topics(self):
         deadline = time.time() + 120
         from kafka import KafkaAdminClient
         admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap_servers)
-        while f"raw-{self.tag}" not in admin.list_topics():
-            assert time.time() < deadline, "processor did not create the topics"
-            time.sleep(0.5)
-        admin.close()
+        try:
+            while self.raw_topic not in admin.list_topics():
+                assert time.time() < deadline, "processor did not create the topics"
+                time.sleep(0.5)
+        finally:
+            admin.close()
+
+    def start(self):
         self.thread.start()
-        time.sleep(8)  # the worker joins its group and recovers its (empty) state
+        time.sleep(8 + 4 * (len(self.procs) - 1))  # the workers join their group and recover their (empty) state
+
+    def cpu(self) -> dict:
+        """CPU seconds so far of each process: processor(s), broker, writer (this process)."""
+        names = ["processor"] if len(self.procs) == 1 else [f"processor_{i + 1}" for i in range(len(self.procs))]
+        out = {name: cpu_seconds(proc.pid) for name, proc in zip(names, self.procs)}
+        out.update(broker=cpu_seconds(self.broker._proc.pid), writer=cpu_seconds())
+        return out
 
     def wait(self, keys, timeout=600):
         deadline = time.time() + timeout
@@ -177,88 +208,119 @@ class Run:
                 missing = {k for k in missing if k not in self.visible}
             if not missing:
                 return
-            if self.proc.poll() is not None:
-                self.log.flush()
-                tail = Path(self.log.name).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"processor exited with {self.proc.returncode}:\n{tail}")
+            for proc, log in zip(self.procs, self.logs):
+                if proc.poll() is not None:
+                    log.flush()
+                    tail = Path(log.name).read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"processor exited with {proc.returncode}:\n{tail}")
             if time.time() > deadline:
                 raise RuntimeError(f"{len(keys) - len(missing)} of {len(keys)} visible")
             time.sleep(0.05)
 
+    def warm_up(self, n: int) -> None:
+        if n:
+            warmup = _messages(n, seed=6)
+            publish(self.broker.bootstrap_servers, self.raw_topic, warmup)
+            self.wait([(uid, rv) for _, _, uid, rv in warmup])
+
+    def sustained(self, messages) -> dict:
+        """Publish `messages` as fast as possible: events/s to DuckDB visibility and CPU ms per event."""
+        cpu_before = self.cpu()
+        started, (_, published, publisher_cpu) = publish(self.broker.bootstrap_servers, self.raw_topic, messages)
+        keys = [(uid, rv) for _, _, uid, rv in messages]
+        self.wait(keys)
+        cpu_after = self.cpu()
+        cpu_ms = {name: round((cpu_after[name] - cpu_before[name]) * 1000 / len(keys), 3) for name in cpu_after}
+        cpu_ms["publisher"] = round(publisher_cpu * 1000 / len(keys), 3)
+        return {"events": len(keys), "publish_seconds": round(published - started, 2),
+                "events_per_second": round(len(keys) / (max(self.visible[k] for k in keys) - started)),
+                "cpu_ms_per_event": cpu_ms}
+
+    def latency(self, messages, rate: int) -> dict:
+        """Publish `messages` at `rate` events/s: publish-to-visible latencies, whole and in two parts."""
+        _, (times, _, _) = publish(self.broker.bootstrap_servers, self.raw_topic, messages, rate=rate)
+        sent = {(uid, rv): t for (_, _, uid, rv), t in zip(messages, times)}
+        self.wait(list(sent))
+        latencies = sorted(self.visible[k] - t for k, t in sent.items())
+        appended = appended_times(self.broker.bootstrap_servers, f"workloads-{self.tag}", sent)
+        worker_part = sorted(appended[k] - t for k, t in sent.items() if k in appended)
+        rest = sorted(self.visible[k] - appended[k] for k in sent if k in appended)
+        return {"events": len(latencies), "p50_seconds": _pct(0.50, latencies), "p99_seconds": _pct(0.99, latencies),
+                "max_seconds": round(latencies[-1], 3),
+                # publish -> record appended by the worker, and appended -> visible in DuckDB
+                # (the transaction's commit, then the writer's batch)
+                "to_worker_output_p50_seconds": _pct(0.50, worker_part),
+                "to_worker_output_p99_seconds": _pct(0.99, worker_part),
+                "worker_output_to_visible_p50_seconds": _pct(0.50, rest),
+                "worker_output_to_visible_p99_seconds": _pct(0.99, rest)}
+
     def close(self):
         self.stop.set()
         self.thread.join(60)
-        self.proc.terminate()
-        self.proc.wait(60)
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(60)
+
+
+def _pct(q, values):
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3) if values else None
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=30000)
-    parser.add_argument("--rate", type=int, default=1000)
-    parser.add_argument("--seconds", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=30000, help="events of each sustained measurement")
+    parser.add_argument("--rate", type=int, default=1000, help="events/s of the latency runs")
+    parser.add_argument("--seconds", type=int, default=60, help="length of each latency run")
+    parser.add_argument("--latency-runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=3, help="raw partitions of the one-worker measurements")
+    parser.add_argument("--scale-out-partitions", type=int, default=6,
+                        help="raw partitions of the scale-out measurement (one, then two workers); 0 skips it")
     parser.add_argument("--warmup", type=int, default=10000,
                         help="Events (other objects) run through the pipeline first: a production broker and "
                              "worker are warm (JIT, connections, group membership).")
     args = parser.parse_args()
-    messages = _messages(args.events + args.rate * args.seconds, seed=5)
-    sustained_msgs, latency_msgs = messages[:args.events], messages[args.events:]
+    per_run = args.rate * args.seconds
+    messages = _messages(args.events + per_run * args.latency_runs, seed=5)
+    sustained_msgs = messages[:args.events]
+    latency_msgs = [messages[args.events + i * per_run:args.events + (i + 1) * per_run]
+                    for i in range(args.latency_runs)]
+    result = {"benchmark": "pipeline publish-to-duckdb", "warmup_events": args.warmup}
     with tempfile.TemporaryDirectory() as tmpdir, KafkaBroker() as broker:
         tmp = Path(tmpdir)
-        run = Run(broker, tmp, uuid.uuid4().hex[:6])
+        run = Run(broker, tmp, uuid.uuid4().hex[:6], partitions=args.partitions)
         run.start()
         try:
-            topic = f"raw-{run.tag}"
-            if args.warmup:
-                warmup = _messages(args.warmup, seed=6)
-                publish(broker.bootstrap_servers, topic, warmup)
-                run.wait([(uid, rv) for _, _, uid, rv in warmup])
-            # the writer (with DuckDB's threads) is this process; the publisher a process of its own
-            cpu = {"processor": lambda: cpu_seconds(run.proc.pid), "broker": lambda: cpu_seconds(broker._proc.pid),
-                   "writer": cpu_seconds}
-            cpu_before = {name: f() for name, f in cpu.items()}
-            started, (_, published, publisher_cpu) = publish(broker.bootstrap_servers, topic, sustained_msgs)
-            keys = [(uid, rv) for _, _, uid, rv in sustained_msgs]
-            run.wait(keys)
-            sustained = len(keys) / (max(run.visible[k] for k in keys) - started)
-            cpu_ms = {name: round((f() - cpu_before[name]) * 1000 / len(keys), 3) for name, f in cpu.items()}
-            cpu_ms["publisher"] = round(publisher_cpu * 1000 / len(keys), 3)
-
-            _, (times, _, _) = publish(broker.bootstrap_servers, topic, latency_msgs, rate=args.rate)
-            sent = {(uid, rv): t for (_, _, uid, rv), t in zip(latency_msgs, times)}
-            run.wait(list(sent))
-            latencies = sorted(run.visible[k] - t for k, t in sent.items())
-            appended = appended_times(broker.bootstrap_servers, f"workloads-{run.tag}", sent)
-            worker_part = sorted(appended[k] - t for k, t in sent.items() if k in appended)
-            rest = sorted(run.visible[k] - appended[k] for k in sent if k in appended)
+            run.warm_up(args.warmup)
+            sustained = run.sustained(sustained_msgs)
+            latency_runs = [run.latency(msgs, args.rate) for msgs in latency_msgs]
         finally:
             run.close()
-
-    def pct(q, values=None):
-        values = latencies if values is None else values
-        return round(values[min(len(values) - 1, int(q * len(values)))], 3) if values else None
-
-    print(json.dumps({
-        "benchmark": "pipeline publish-to-duckdb",
-        "processor_workers": 1,
-        "warmup_events": args.warmup,
-        "events": len(sustained_msgs),
-        "publish_seconds": round(published - started, 2),
-        "sustained_events_per_second": round(sustained),
-        "sustained_cpu_ms_per_event": cpu_ms,
-        "latency_rate_events_per_second": args.rate,
-        "latency_events": len(latencies),
-        "latency_p50_seconds": pct(0.50),
-        "latency_p99_seconds": pct(0.99),
-        "latency_max_seconds": round(latencies[-1], 3),
-        # the same latencies in two parts: publish -> record appended by the worker, and
-        # appended -> visible in DuckDB (transaction commit every 0.5 s, writer batch)
-        "latency_to_worker_output_p50_seconds": pct(0.50, worker_part),
-        "latency_to_worker_output_p99_seconds": pct(0.99, worker_part),
-        "latency_worker_output_to_visible_p50_seconds": pct(0.50, rest),
-        "latency_worker_output_to_visible_p99_seconds": pct(0.99, rest),
-        "targets": {"sustained_events_per_second": 5000, "latency_p99_seconds": 2.0},
-    }))
+        result.update(
+            processor_workers=1, partitions=args.partitions, events=sustained["events"],
+            publish_seconds=sustained["publish_seconds"],
+            sustained_events_per_second=sustained["events_per_second"],
+            sustained_cpu_ms_per_event=sustained["cpu_ms_per_event"],
+            latency_rate_events_per_second=args.rate, latency_seconds_per_run=args.seconds,
+            latency_runs=latency_runs,
+            latency_p99_seconds_worst=max((r["p99_seconds"] for r in latency_runs), default=None))
+        if args.scale_out_partitions:
+            scale = {"partitions": args.scale_out_partitions, "events": len(sustained_msgs)}
+            for workers in (1, 2):
+                run = Run(broker, tmp, uuid.uuid4().hex[:6], workers=workers, partitions=args.scale_out_partitions)
+                run.start()
+                try:
+                    run.warm_up(args.warmup)
+                    figures = run.sustained(sustained_msgs)
+                finally:
+                    run.close()
+                name = "one_worker" if workers == 1 else "two_workers"
+                scale[f"{name}_events_per_second"] = figures["events_per_second"]
+                scale[f"{name}_cpu_ms_per_event"] = figures["cpu_ms_per_event"]
+            scale["ratio"] = round(scale["two_workers_events_per_second"] / scale["one_worker_events_per_second"], 2)
+            result["scale_out"] = scale
+    result["targets"] = {"sustained_events_per_second": 5000, "latency_p99_seconds": 1.0}
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
