@@ -423,8 +423,10 @@ def _intervals(steps: list[tuple]) -> list[list]:
     return starts
 
 
-_UPSERT_OFFSET = """
-INSERT INTO consumer_offsets VALUES (?, ?, ?, ?, ?)
+# One statement for all the batch's partitions (each statement costs ~1.5 ms; a writer reads
+# a dozen partitions); {rows} is "(?, ?, ?, ?, ?)" once per partition, no partition twice.
+_UPSERT_OFFSETS = """
+INSERT INTO consumer_offsets VALUES {rows}
 ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = excluded.next_offset,
                                                        updated_at = excluded.updated_at
 """
@@ -512,8 +514,13 @@ class Warehouse:
                 result.transitions_inserted = n
                 result.transition_duplicates = len(transition_rows) - n
             now = datetime.now(timezone.utc)
-            for (topic, partition), next_offset in sorted(offsets.items()):
-                conn.execute(_UPSERT_OFFSET, [self.consumer, topic, int(partition), int(next_offset), now])
+            stored = {(topic, int(partition)): int(next_offset)
+                      for (topic, partition), next_offset in sorted(offsets.items())}
+            if stored:
+                params = []
+                for (topic, partition), next_offset in stored.items():
+                    params += [self.consumer, topic, partition, next_offset, now]
+                conn.execute(_UPSERT_OFFSETS.format(rows=", ".join(["(?, ?, ?, ?, ?)"] * len(stored))), params)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
