@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 import json
 import os
 import signal
@@ -378,7 +379,9 @@ def test_check_messages_dead_letters_with_reasons_and_keeps_json_checks(tmp_path
              Message(WORKLOADS, 1, 5, None, None),
              Message(TRANSITIONS, 0, 7, b"k", json.dumps({"cluster": "c1", "uid": "u", "to": "Running",
                                                            "at": "2025-06-03T09:00:00Z"}).encode())]
+    assert gc.isenabled()
     rows, texts, transitions, dead, offsets, strict = writing.check_messages(msgs, TRANSITIONS)
+    assert gc.isenabled()  # off while the batch was parsed, on again
     assert rows == [writing.check_record(r) for r in recs] and texts == [m.value.decode() for m in msgs[:len(recs)]]
     assert len(transitions) == 1 and strict
     assert offsets == {(WORKLOADS, 0): 10 + len(recs), (WORKLOADS, 1): 6, (TRANSITIONS, 0): 8}
