@@ -160,6 +160,17 @@ class Run:
             transitions_topic=f"transitions-{tag}", deadletter_topic=f"deadletter-{tag}",
             commit_to_kafka=False, on_batch=self._on_batch)
         collect_garbage_rarely()  # as `workloadmap run warehouse` does
+        self.batch_seconds: list[float] = []   # each batch's write into DuckDB (its transaction included)
+        write_checked = self.writer.warehouse.write_checked
+
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return write_checked(*args, **kwargs)
+            finally:
+                self.batch_seconds.append(time.perf_counter() - began)
+
+        self.writer.warehouse.write_checked = timed
         self._last_seq = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.writer.run, args=(self.stop,), daemon=True)
@@ -238,9 +249,11 @@ class Run:
 
     def latency(self, messages, rate: int) -> dict:
         """Publish `messages` at `rate` events/s: publish-to-visible latencies, whole and in two parts."""
+        batches_before = len(self.batch_seconds)
         _, (times, _, _) = publish(self.broker.bootstrap_servers, self.raw_topic, messages, rate=rate)
         sent = {(uid, rv): t for (_, _, uid, rv), t in zip(messages, times)}
         self.wait(list(sent))
+        batches = sorted(self.batch_seconds[batches_before:])
         latencies = sorted(self.visible[k] - t for k, t in sent.items())
         appended = appended_times(self.broker.bootstrap_servers, f"workloads-{self.tag}", sent)
         worker_part = sorted(appended[k] - t for k, t in sent.items() if k in appended)
@@ -252,7 +265,10 @@ class Run:
                 "to_worker_output_p50_seconds": _pct(0.50, worker_part),
                 "to_worker_output_p99_seconds": _pct(0.99, worker_part),
                 "worker_output_to_visible_p50_seconds": _pct(0.50, rest),
-                "worker_output_to_visible_p99_seconds": _pct(0.99, rest)}
+                "worker_output_to_visible_p99_seconds": _pct(0.99, rest),
+                # the writer's part of the rest: its batches' writes (p99 and max over the run)
+                "writer_batches": len(batches), "writer_batch_p99_seconds": _pct(0.99, batches),
+                "writer_batch_max_seconds": round(batches[-1], 3) if batches else None}
 
     def close(self):
         self.stop.set()
