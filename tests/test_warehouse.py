@@ -389,8 +389,12 @@ def test_check_messages_dead_letters_with_reasons_and_keeps_json_checks(tmp_path
         (records.MALFORMED_JSON, 3), (records.MISSING_FIELDS, 4), (records.WRONG_TYPES, 5)]
     nan = Message(WORKLOADS, 0, 99, b"k", json.dumps(as_record(recs[0], uid="u-nan", phase=None))
                   .replace('"phase": null', '"phase": null, "extra": NaN').encode())
-    rows, texts, _, dead, _, strict = writing.check_messages([nan], TRANSITIONS)
-    assert len(rows) == 1 and not dead and not strict  # parsed by the standard library: not strict JSON
+    nan_memory = as_record(recs[0], uid="u-nan-2")
+    nan_memory["total"]["memory"] = float("nan")  # written NaN by the standard library
+    nan_memory = Message(WORKLOADS, 0, 100, b"k", json.dumps(nan_memory).encode())
+    rows, texts, _, dead, _, strict = writing.check_messages([nan, nan_memory], TRANSITIONS)
+    assert len(rows) == 1 and not strict  # parsed by the standard library: not strict JSON
+    assert [(d.reason, d.offset) for d in dead] == [(records.MALFORMED_JSON, 100)]  # as before the batch check
     with Warehouse(tmp_path / "w.duckdb") as wh:  # stored as before: DuckDB's JSON takes NaN
         assert wh.write_checked(rows, texts, [], {}, texts_are_json=strict).inserted == 1
         assert wh.cursor().execute("SELECT record->>'$.extra' FROM workload_states").fetchone() == ("NaN",)

@@ -249,7 +249,8 @@ def _fast_rows(values) -> list[tuple]:
 
 
 def check_records(values: list) -> list:
-    """check_record over a batch: per value its row, or the MalformedRecord that refuses it.
+    """check_record over a batch: per value its row, or the ValueError that refuses it (a
+    MalformedRecord with its reason, or what else check_record raised, e.g. a NaN of memory).
 
     The batch's usual case (all valid) takes the fast inlined check; any batch it does not accept
     outright goes record by record through check_record, which decides and gives the reasons."""
@@ -261,7 +262,7 @@ def check_records(values: list) -> list:
     for v in values:
         try:
             out.append(check_record(v))
-        except MalformedRecord as exc:
+        except ValueError as exc:
             out.append(exc)
     return out
 
@@ -472,7 +473,7 @@ class Warehouse:
         """
         state_rows = check_records(records)
         for row in state_rows:
-            if isinstance(row, MalformedRecord):
+            if isinstance(row, ValueError):
                 raise row
         transition_rows = [check_transition(t) for t in transitions]
         if texts is None:
@@ -711,7 +712,7 @@ def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC):
             gc.enable()
     texts_are_json = all(strict for _, _, strict in kept)
     for row, (m, text, _) in zip(checked, kept):
-        if isinstance(row, MalformedRecord):
+        if isinstance(row, ValueError):  # as when records were checked one by one
             dead_letter(m, row)
         else:
             rows.append(row)
