@@ -606,6 +606,8 @@ class WriterProcess:
         deadline = time.monotonic() + timeout
         while self.messages() < n:
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()   # a stalled writer still holds its stderr open: read it once it is gone
+                self.proc.wait(10)
                 raise AssertionError(f"writer exited or stalled at {self.messages()}/{n}: {self.proc.stderr.read()}")
             time.sleep(0.05)
 
