@@ -122,7 +122,6 @@ SELECT i + 1 AS seq, c.cluster, uid, k.api_version, k.kind, namespace, name, k.d
        CASE WHEN status = 'Deleted' THEN 0 ELSE 4 + 8 * gpus END AS cpu,
        CASE WHEN status = 'Deleted' THEN 0 ELSE (16 + 64 * gpus)::BIGINT * 1073741824 END AS memory,
        CASE WHEN status = 'Deleted' OR res = '' THEN MAP {{}}::MAP(VARCHAR, DOUBLE) ELSE MAP([res], [gpus]) END,
-       NULL AS components,
        json_object('kind', k.kind, 'namespace', namespace, 'name', name, 'uid', uid, 'cluster', c.cluster,
                    'resourceVersion', rv, 'status', status, 'observedAt',
                    strftime(to_timestamp(at_state(w, j, t0, gap)), '%Y-%m-%dT%H:%M:%S.%gZ'),
