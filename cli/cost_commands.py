@@ -1,7 +1,7 @@
 """`workloadmap cost`: GPU-hours, CPU core-hours, memory GiB-hours and their cost over a window.
 
 The numbers come from the warehouse (``warehouse/costing.py`` over the named
-query ``cost_usage``); this module reads the options, opens the warehouse
+query ``cost_report``); this module reads the options, opens the warehouse
 read-only and prints the report as a table, JSON, CSV or a self-contained
 HTML file with charts (``cost_html.py``).
 """

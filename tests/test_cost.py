@@ -25,6 +25,8 @@ from datetime import datetime, timedelta, timezone
 import click
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from workloadmap.cli import cost_commands, pipeline_commands
 from workloadmap.cli.cost_html import PALETTE
@@ -284,10 +286,39 @@ def test_pricing_lookup_order_and_unpriced(conn):
     ({"default": {"gpus": {}}}, "unknown key(s) gpus"),
     ({"clusters": {"c1": {"cpu": "cheap"}}}, "clusters.c1.cpu"),
     ([1, 2], "expected a mapping"),
+    ({"default": {"gpu": {"nvidia.com/mig-[12g.*": 1}}}, "unclosed '['"),
+    ({"default": {"gpu": {"nvidia.com\\gpu": 1}}}, "no backslash"),
 ])
 def test_pricing_errors(doc, message):
     with pytest.raises(PricingError, match=re.escape(message)):
         parse_pricing(doc)
+
+
+_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-*", "nvidia.com/mig-1g.*", "*gpu", "*/[a-m]*",
+         "nvidia.com/mig-?g.[!1]*", "nvidia.com/*", "default")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sections=st.dictionaries(st.sampled_from(("default", "c1", "c2")),
+                                st.dictionaries(st.sampled_from(_KEYS), st.sampled_from((0.5, 1.0, 2.0, 4.0)),
+                                                max_size=4), max_size=3))
+def test_sql_prices_as_the_pricing_lookup(conn, sections):
+    """The report's SQL picks, for every (cluster, GPU resource), the price Pricing.gpu_price gives (or none)."""
+    doc = {"default": {"gpu": sections.get("default", {})},
+           "clusters": {c: {"gpu": g} for c, g in sections.items() if c != "default"}}
+    pricing = parse_pricing(doc)
+    report = cost_report(conn, SINCE, UNTIL, by=("workload",), pricing=pricing, as_of=AS_OF)
+    unpriced: dict = {}
+    for row in report.rows:
+        expected = 0.0
+        for resource, hours in row.gpu_hours_by_resource.items():
+            price = pricing.gpu_price(row.cluster, resource)
+            if price is None:
+                unpriced[(row.cluster, resource)] = unpriced.get((row.cluster, resource), 0.0) + hours
+            else:
+                expected += price * hours
+        assert row.gpu_cost == pytest.approx(expected), (row.workload, doc)
+    assert report.unpriced == pytest.approx(unpriced)
 
 
 def test_example_pricing_file_loads():

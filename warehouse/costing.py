@@ -1,12 +1,14 @@
-"""Historical cost reports: resource-hours from status intervals, times the prices of a pricing file.
+"""Historical cost reports: resource-hours from status intervals, priced per cluster and GPU resource.
 
 Why from status intervals: an interval is a stretch of time a workload spent
 in one status with one demand, so resource-hours are exact sums (demand x the
 interval's length) instead of samples.  The named query
-``queries/cost_usage.sql`` clips every interval to the window (one that
-crosses an edge counts only its part inside) and splits it at period
-boundaries; this module prices the hours per cluster and GPU resource name
-(``pricing.py``) and adds them up to the groups asked for.
+``queries/cost_report.sql`` does the whole report in DuckDB: it clips every
+interval to the window (one that crosses an edge counts only its part
+inside), splits it at period boundaries without expanding it per period,
+prices the hours with the rules of a pricing file (``pricing.py``) and groups
+them; the result comes back as an Arrow table (``CostReport.table``), and the
+``CostRow`` objects are made from it only when someone reads ``rows``.
 
 Which statuses consume (the billing rule):
 
@@ -25,14 +27,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from workloadmap.warehouse.pricing import Pricing
-from workloadmap.warehouse.querying import run_query
+from workloadmap.warehouse.querying import run_query_arrow
 
 CONSUMING = ("Running", "Degraded")
 STARTING = ("Initializing", "Resuming")
 DIMENSIONS = ("cluster", "namespace", "framework", "workload")
-UNSPECIFIED_GPU = "unspecified"  # GPUs of a record that named no GPU resource (see cost_usage.sql)
+UNSPECIFIED_GPU = "unspecified"  # GPUs of a record that named no GPU resource (see cost_report.sql)
 
 
 def consuming_statuses(include_initializing: bool = False) -> tuple[str, ...]:
@@ -78,26 +84,54 @@ class CostReport:
     columns: tuple[str, ...]  # the dimensions the rows carry (workload brings cluster, namespace, framework)
     statuses: tuple[str, ...]
     currency: str | None  # None: no pricing file
-    rows: list[CostRow]
-    unpriced: dict[tuple[str, str], float]  # (cluster, GPU resource) -> GPU-hours nothing priced
+    table: pa.Table  # the rows of cost_report.sql, in the report's order
+
+    @cached_property
+    def rows(self) -> list[CostRow]:
+        """The table's rows as CostRow objects (made on first use: a yearly report by workload has millions)."""
+        with_workload = "workload" in self.columns
+        out = []
+        for r in self.table.to_pylist():
+            workload = None if r["uid"] is None else f"{r['kind']}/{r['name']}"
+            row = CostRow(_utc(r["period_start"]), _utc(r["period_end"]),
+                          **{d: workload if d == "workload" else r[d] for d in self.columns})
+            row.uid = r["uid"] if with_workload else None
+            row.gpu_hours = r["gpu_hours"]
+            row.gpu_hours_by_resource = dict(r["gpu_hours_by_resource"])
+            row.cpu_core_hours, row.memory_gib_hours = r["cpu_core_hours"], r["memory_gib_hours"]
+            row.gpu_cost, row.cpu_cost, row.memory_cost = r["gpu_cost"], r["cpu_cost"], r["memory_cost"]
+            out.append(row)
+        return out
+
+    @cached_property
+    def unpriced(self) -> dict[tuple[str, str], float]:
+        """(cluster, GPU resource) -> GPU-hours that no rule of the pricing file priced."""
+        column = self.table.column("unpriced")
+        out: dict[tuple[str, str], float] = {}
+        for entries in pc.drop_null(column).to_pylist():
+            for e in entries:
+                key = (e["cluster"], e["resource"])
+                out[key] = out.get(key, 0.0) + e["hours"]
+        return out
 
     def totals(self) -> CostRow:
+        """The whole window: every row added up (in Arrow, without making the rows)."""
         total = CostRow(self.since, self.until)
-        for row in self.rows:
-            _add(total, row)
+        t = self.table
+        total.gpu_hours = pc.sum(t.column("gpu_hours")).as_py() or 0.0
+        total.cpu_core_hours = pc.sum(t.column("cpu_core_hours")).as_py() or 0.0
+        total.memory_gib_hours = pc.sum(t.column("memory_gib_hours")).as_py() or 0.0
+        if self.currency is not None:
+            total.gpu_cost, total.cpu_cost, total.memory_cost = (
+                pc.sum(t.column(c)).as_py() or 0.0 for c in ("gpu_cost", "cpu_cost", "memory_cost"))
+        maps = t.column("gpu_hours_by_resource").chunks
+        if maps:
+            sums = pa.table({"resource": pa.concat_arrays([m.keys for m in maps]),
+                             "hours": pa.concat_arrays([m.items for m in maps])}).group_by(
+                "resource").aggregate([("hours", "sum")])
+            total.gpu_hours_by_resource = dict(zip(sums.column("resource").to_pylist(),
+                                                   sums.column("hours_sum").to_pylist()))
         return total
-
-
-def _add(into: CostRow, row: CostRow) -> None:
-    into.gpu_hours += row.gpu_hours
-    for resource, hours in row.gpu_hours_by_resource.items():
-        into.gpu_hours_by_resource[resource] = into.gpu_hours_by_resource.get(resource, 0.0) + hours
-    into.cpu_core_hours += row.cpu_core_hours
-    into.memory_gib_hours += row.memory_gib_hours
-    for name in ("gpu_cost", "cpu_cost", "memory_cost"):
-        value = getattr(row, name)
-        if value is not None:
-            setattr(into, name, (getattr(into, name) or 0.0) + value)
 
 
 def row_columns(by) -> tuple[str, ...]:
@@ -130,54 +164,16 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     if step is not None and step <= timedelta(0):
         raise ValueError("step must be positive")
     columns = row_columns(by)
-    result = run_query(
-        conn, "cost_usage", since=since, until=until, as_of=None if as_of is None else _utc(as_of), step=step,
-        statuses=list(statuses), by=[d for d in by if d != "cluster"],
+    table = run_query_arrow(
+        conn, "cost_report", since=since, until=until, as_of=None if as_of is None else _utc(as_of), step=step,
+        statuses=list(statuses), by=list(columns),
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),
-        frameworks=None if frameworks is None else list(frameworks))
-    rows: dict[tuple, CostRow] = {}
-    unpriced: dict[tuple[str, str], float] = {}
-    gpu_rates: dict[tuple[str, str], float | None] = {}
-    starts: dict = {}
-    priced = pricing is not None
-    with_workload = "workload" in columns
-    for period, cluster, namespace, framework, uid, kind, name, resource, gpu_h, cpu_h, mem_h in result.rows:
-        start = starts.get(period)
-        if start is None:
-            start = starts[period] = _utc(period)
-        values = {"cluster": cluster, "namespace": namespace, "framework": framework,
-                  "workload": None if uid is None else f"{kind}/{name}"}
-        key = (start, *(values[d] for d in columns), *((uid, cluster) if with_workload else ()))
-        row = rows.get(key)
-        if row is None:
-            end = until if step is None else min(start + step, until)
-            row = rows[key] = CostRow(start, end, **{d: values[d] for d in columns})
-            row.uid = uid if with_workload else None
-            if priced:
-                row.gpu_cost = row.cpu_cost = row.memory_cost = 0.0
-        if resource is None:  # the CPU and memory row of its group
-            row.cpu_core_hours += cpu_h
-            row.memory_gib_hours += mem_h
-            if priced:
-                row.cpu_cost += (pricing.cpu_price(cluster) or 0.0) * cpu_h
-                row.memory_cost += (pricing.memory_price(cluster) or 0.0) * mem_h
-            continue
-        row.gpu_hours += gpu_h
-        row.gpu_hours_by_resource[resource] = row.gpu_hours_by_resource.get(resource, 0.0) + gpu_h
-        if priced:
-            if (cluster, resource) not in gpu_rates:
-                gpu_rates[(cluster, resource)] = pricing.gpu_price(cluster, resource)
-            rate = gpu_rates[(cluster, resource)]
-            if rate is None:
-                unpriced[(cluster, resource)] = unpriced.get((cluster, resource), 0.0) + gpu_h
-            else:
-                row.gpu_cost += rate * gpu_h
-    ordered = sorted(rows.values(), key=lambda row: (
-        row.period_start, -(row.cost if row.cost is not None else row.gpu_hours), -row.gpu_hours,
-        tuple(str(getattr(row, d) or "") for d in columns)))
+        frameworks=None if frameworks is None else list(frameworks),
+        gpu_prices=None if pricing is None else pricing.gpu_rules(),
+        rates=None if pricing is None else pricing.rate_rows())
     return CostReport(since, until, step, by, columns, tuple(statuses),
-                      None if pricing is None else pricing.currency, ordered, unpriced)
+                      None if pricing is None else pricing.currency, table)
 
 
 def periods(report: CostReport) -> list[tuple[datetime, datetime]]:

@@ -27,6 +27,13 @@ then its ``default``; then the same three in the top-level ``default``
 section.  CPU and memory: the cluster's rate, then the top-level one.  A GPU
 resource that nothing prices has no price (``None``): the report counts its
 hours and says they were not costed, rather than guessing.
+
+The lookup runs in DuckDB (``queries/cost_report.sql``), once per (cluster, GPU
+resource) of a report: ``gpu_rules`` turns the file into rows ranked in the
+order above, ``rate_rows`` the CPU and memory rates.  A glob is matched by
+DuckDB's ``GLOB`` (``*``, ``?``, ``[seq]``, ``[!seq]``, as ``fnmatch``): a key
+with a backslash or an unclosed ``[``, where the two would differ, is refused
+when the file is read.
 """
 
 from __future__ import annotations
@@ -52,15 +59,10 @@ class Rates:
     cpu: float | None = None  # per core-hour
     memory: float | None = None  # per GiB-hour
 
-    def gpu_price(self, resource: str) -> float | None:
-        if resource in self.gpu and resource != DEFAULT_KEY:
-            return self.gpu[resource]
-        patterns = sorted((p for p in self.gpu if p != DEFAULT_KEY and any(c in p for c in "*?[")),
-                          key=lambda p: (-len(p), p))
-        for pattern in patterns:
-            if fnmatch.fnmatchcase(resource, pattern):
-                return self.gpu[pattern]
-        return self.gpu.get(DEFAULT_KEY)
+    def globs(self) -> list[str]:
+        """The glob keys, in the order they are tried: the longest pattern first."""
+        return sorted((p for p in self.gpu if p != DEFAULT_KEY and any(c in p for c in "*?[")),
+                      key=lambda p: (-len(p), p))
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,38 @@ class Pricing:
     clusters: dict[str, Rates] = field(default_factory=dict)
     source: str = "<pricing>"
 
+    def gpu_rules(self) -> list[dict]:
+        """The GPU prices as rows ``{cluster, name, pattern, rank, price}`` for SQL (the lookup order as `rank`).
+
+        ``cluster`` None is the top-level default section.  A row matches a resource by its exact
+        ``name``, by its glob ``pattern``, or, with neither, any resource (a section's ``default``).  The
+        lowest rank that matches wins: the cluster's section before the default one, and in one
+        section the exact name, then the globs (longest first), then ``default``.
+        """
+        out = []
+        for cluster, rates in [*self.clusters.items(), (None, self.default)]:
+            base = (0 if cluster is not None else 1) * 1_000_000
+            out.extend({"cluster": cluster, "name": key, "pattern": None, "rank": base, "price": price}
+                       for key, price in rates.gpu.items() if key != DEFAULT_KEY)
+            out.extend({"cluster": cluster, "name": None, "pattern": key, "rank": base + 1 + i, "price": rates.gpu[key]}
+                       for i, key in enumerate(rates.globs()))
+            if DEFAULT_KEY in rates.gpu:
+                out.append({"cluster": cluster, "name": None, "pattern": None, "rank": base + 999_999,
+                            "price": rates.gpu[DEFAULT_KEY]})
+        return out
+
     def gpu_price(self, cluster: str, resource: str) -> float | None:
-        """Price of one GPU-hour of `resource` in `cluster`, or None when nothing prices it."""
-        own = self.clusters.get(cluster)
-        if own is not None:
-            price = own.gpu_price(resource)
-            if price is not None:
-                return price
-        return self.default.gpu_price(resource)
+        """Price of one GPU-hour of `resource` in `cluster`, or None when nothing prices it: the rule
+        of ``gpu_rules`` with the lowest rank that matches, as the cost report's SQL picks it."""
+        for rule in sorted(self.gpu_rules(), key=lambda r: r["rank"]):
+            if rule["cluster"] not in (None, cluster):
+                continue
+            if rule["name"] is not None and rule["name"] != resource:
+                continue
+            if rule["pattern"] is not None and not fnmatch.fnmatchcase(resource, rule["pattern"]):
+                continue
+            return rule["price"]
+        return None
 
     def cpu_price(self, cluster: str) -> float | None:
         own = self.clusters.get(cluster)
@@ -87,11 +113,28 @@ class Pricing:
         own = self.clusters.get(cluster)
         return own.memory if own is not None and own.memory is not None else self.default.memory
 
+    def rate_rows(self) -> list[dict]:
+        """CPU and memory rates as rows ``{cluster, cpu, memory}`` for SQL (cluster None: the default section)."""
+        return [{"cluster": cluster, "cpu": rates.cpu, "memory": rates.memory}
+                for cluster, rates in [*self.clusters.items(), (None, self.default)]]
+
 
 def _rate(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise PricingError(f"{where}: a price is a non-negative number, not {value!r}")
     return float(value)
+
+
+def _check_glob(key: str, where: str) -> None:
+    """Refuse a key that DuckDB's GLOB and fnmatch would read differently (a backslash, an unclosed ``[``)."""
+    if "\\" in key:
+        raise PricingError(f"{where}: a GPU resource name or glob has no backslash")
+    depth_open = key.find("[")
+    while depth_open >= 0:
+        close = key.find("]", depth_open + 2)  # ``[]]`` and ``[!]]`` hold a literal ]
+        if close < 0:
+            raise PricingError(f"{where}: the glob has an unclosed '['")
+        depth_open = key.find("[", close + 1)
 
 
 def _rates(data, where: str) -> Rates:
@@ -107,6 +150,8 @@ def _rates(data, where: str) -> Rates:
         gpu = {DEFAULT_KEY: gpu}  # `gpu: 2.5` prices every GPU resource alike
     if not isinstance(gpu, dict):
         raise PricingError(f"{where}.gpu: expected a mapping of GPU resource name (or glob, or default) to price")
+    for name in map(str, gpu):
+        _check_glob(name, f"{where}.gpu.{name}")
     return Rates(
         gpu={str(name): _rate(price, f"{where}.gpu.{name}") for name, price in gpu.items()},
         cpu=None if data.get("cpu") is None else _rate(data["cpu"], f"{where}.cpu"),

@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from workloadmap.warehouse.schema import LATEST_VERSION, current_version
 
@@ -100,8 +101,12 @@ class Result:
         return [dict(zip(self.columns, row)) for row in self.rows]
 
 
-def _run(conn, sql: str, params: dict) -> Result:
+def _run(conn, sql: str, params: dict, arrow: bool = False):
+    """Execute and fetch a Result of Python rows (or, with `arrow`, an Arrow table), with DuckDB's
+    errors turned into ours."""
     try:
+        if arrow:
+            return conn.sql(sql, params=params or None).to_arrow_table()
         cur = conn.execute(sql, params or None)
         columns = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchall() if cur.description else []
@@ -173,11 +178,19 @@ def query_names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
 
 
-def run_query(conn, name: str, **params) -> Result:
-    """Run a named query; parameters it declares but the caller omits are bound as NULL."""
+def _bound(name: str, params: dict) -> tuple[str, dict]:
     query = load_query(name)
     unknown = sorted(params.keys() - query.parameters)
     if unknown:
         raise QueryError(f"query {name} has no parameter {', '.join('$' + u for u in unknown)}")
-    bound = {p: params.get(p) for p in query.parameters}
-    return _run(conn, query.sql, bound)
+    return query.sql, {p: params.get(p) for p in query.parameters}
+
+
+def run_query(conn, name: str, **params) -> Result:
+    """Run a named query; parameters it declares but the caller omits are bound as NULL."""
+    return _run(conn, *_bound(name, params))
+
+
+def run_query_arrow(conn, name: str, **params) -> pa.Table:
+    """Run a named query and fetch its result as an Arrow table (large results: no Python object per row)."""
+    return _run(conn, *_bound(name, params), arrow=True)
