@@ -34,37 +34,31 @@
 --                   VARCHAR[] filters, NULL = no filter
 --   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
 --   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
-WITH opts AS (
-    SELECT epoch(CAST($since AS TIMESTAMPTZ)) AS since_s,
-           epoch(CAST($until AS TIMESTAMPTZ)) AS until_s,
-           epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now())) AS as_of_s,
-           coalesce(epoch(CAST($step AS INTERVAL)),
-                    epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s,
-           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') AS by_workload,
-           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'namespace') AS by_namespace,
-           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'framework') AS by_framework,
-           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster') AS by_cluster
-),
-spans AS (  -- consuming intervals cut to the window: first and last period, seconds in each
-    SELECT * EXCLUDE (since_s, step_s),
+WITH spans AS (  -- consuming intervals cut to the window: first and last period k0, k1, seconds in each
+    SELECT *,
            least(s1, since_s + (k0 + 1) * step_s) - s0 AS first_s,
            CASE WHEN k1 > k0 THEN s1 - (since_s + k1 * step_s) ELSE 0 END AS last_s
     FROM (
         SELECT *, floor((s0 - since_s) / step_s)::BIGINT AS k0, (ceil((s1 - since_s) / step_s) - 1)::BIGINT AS k1
         FROM (
             SELECT i.cluster,
-                   CASE WHEN o.by_namespace OR o.by_workload THEN i.namespace END AS namespace,
-                   CASE WHEN o.by_framework OR o.by_workload THEN i.framework END AS framework,
-                   CASE WHEN o.by_workload THEN i.uid END AS uid,
-                   CASE WHEN o.by_workload THEN i.kind END AS kind,
-                   CASE WHEN o.by_workload THEN i.name END AS name,
-                   greatest(epoch(i.valid_from), o.since_s) AS s0,
-                   least(coalesce(epoch(i.valid_to), o.as_of_s), o.until_s) AS s1,
-                   o.since_s, o.step_s,
+                   CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'namespace')
+                          OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.namespace END AS namespace,
+                   CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'framework')
+                          OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.framework END AS framework,
+                   CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.uid END AS uid,
+                   CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.kind END AS kind,
+                   CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.name END AS name,
+                   greatest(epoch(i.valid_from), epoch(CAST($since AS TIMESTAMPTZ))) AS s0,
+                   least(coalesce(epoch(i.valid_to), epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now()))),
+                         epoch(CAST($until AS TIMESTAMPTZ))) AS s1,
+                   epoch(CAST($since AS TIMESTAMPTZ)) AS since_s,
+                   coalesce(epoch(CAST($step AS INTERVAL)),
+                            epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s,
                    CASE WHEN cardinality(i.gpu_resources) = 0 AND i.gpus > 0
                         THEN MAP {'unspecified': i.gpus} ELSE i.gpu_resources END AS gpu_map,
                    i.cpu, i.memory / 1073741824.0 AS memory_gib
-            FROM status_intervals i, opts o
+            FROM status_intervals i
             WHERE list_contains(coalesce(CAST($statuses AS VARCHAR[]), ['Running', 'Degraded']), i.status)
               AND i.valid_from < CAST($until AS TIMESTAMPTZ)
               AND (i.valid_to IS NULL OR i.valid_to > CAST($since AS TIMESTAMPTZ))
@@ -76,18 +70,20 @@ spans AS (  -- consuming intervals cut to the window: first and last period, sec
         WHERE s1 > s0
     )
 ),
-changes AS (  -- per group, resource and period: partial seconds (x demand) and where full periods start and end
+changes AS (  -- per group, resource and period where an interval starts or ends: seconds x demand, level changes
+    -- An interval spanning periods k0 < k1 joins the running level of full periods at k0 and leaves it
+    -- at k1: its first period counts its seconds minus the full period the level gives it, its last
+    -- one its seconds.  An interval within one period only counts its seconds.
     SELECT k, cluster, namespace, framework, uid, resource, any_value(kind) AS kind, any_value(name) AS name,
-           sum(p * g) AS pg, sum(p * c) AS pc, sum(p * m) AS pm,
-           sum(up * g) AS ug, sum(up * c) AS uc, sum(up * m) AS um,
-           sum((up - down) * g) AS ng, sum((up - down) * c) AS nc, sum((up - down) * m) AS nm, sum(up - down) AS nn
+           sum(p * g) AS pg, sum(p * c) AS pc, sum(p * m) AS pm, sum(d * g) AS dg, sum(d * c) AS dc,
+           sum(d * m) AS dm, sum(d) AS dn
     FROM (  -- an interval's first period (side 0) and, if another, its last (side 1)
         SELECT CASE side WHEN 0 THEN k0 ELSE k1 END AS k, cluster, namespace, framework, uid, resource, kind, name,
-               CASE side WHEN 0 THEN first_s ELSE last_s END AS p, g, c, m,
-               (side = 0 AND k1 > k0 + 1)::INTEGER AS up,  -- full periods from the next one on
-               (side = 1 AND k1 > k0 + 1)::INTEGER AS down  -- no more full periods from this one on
+               g, c, m,
+               CASE WHEN side = 1 THEN last_s WHEN k1 > k0 THEN first_s - step_s ELSE first_s END AS p,
+               CASE WHEN k1 = k0 THEN 0 WHEN side = 0 THEN 1 ELSE -1 END AS d
         FROM (  -- one row per interval and GPU resource; CPU and memory ride on the first (resource NULL: no GPUs)
-            SELECT k0, k1, first_s, last_s, cluster, namespace, framework, uid, kind, name,
+            SELECT k0, k1, first_s, last_s, step_s, cluster, namespace, framework, uid, kind, name,
                    map_keys(gpu_map)[j] AS resource, coalesce(map_values(gpu_map)[j], 0.0) AS g,
                    CASE WHEN j = 1 THEN cpu ELSE 0.0 END AS c, CASE WHEN j = 1 THEN memory_gib ELSE 0.0 END AS m
             FROM (SELECT *, unnest(range(1, greatest(cardinality(gpu_map), 1)::BIGINT + 1)) AS j FROM spans)
@@ -96,19 +92,20 @@ changes AS (  -- per group, resource and period: partial seconds (x demand) and 
     )
     GROUP BY k, cluster, namespace, framework, uid, resource
 ),
-levels AS (  -- the running level of full periods after each change (a), and at the change itself (a - u)
-    SELECT *, sum(ng) OVER w AS ag, sum(nc) OVER w AS ac, sum(nm) OVER w AS am, sum(nn) OVER w AS an,
+levels AS (  -- the running level of full periods at each change and up to the next one
+    SELECT *, sum(dg) OVER w AS ag, sum(dc) OVER w AS ac, sum(dm) OVER w AS am, sum(dn) OVER w AS an,
            lead(k) OVER w AS next_k
     FROM changes
     WINDOW w AS (PARTITION BY cluster, namespace, framework, uid, resource ORDER BY k)
 ),
 usage AS (  -- seconds x demand per period, group and resource: the changes' periods, then the full periods up to the next change
     SELECT k, cluster, namespace, framework, uid, kind, name, resource,
-           pg + (ag - ug) * step_s AS gs, pc + (ac - uc) * step_s AS cs, pm + (am - um) * step_s AS ms
-    FROM levels, opts
+           pg + ag * step_s AS gs, pc + ac * step_s AS cs, pm + am * step_s AS ms
+    FROM levels, (SELECT coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s)
     UNION ALL
-    SELECT r.kk, cluster, namespace, framework, uid, kind, name, resource, ag * step_s, ac * step_s, am * step_s
-    FROM levels, opts, unnest(range(k + 1, next_k)) AS r(kk)
+    SELECT r.kk, cluster, namespace, framework, uid, kind, name, resource,
+           ag * step_s, ac * step_s, am * step_s
+    FROM levels, (SELECT coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s), unnest(range(k + 1, next_k)) AS r(kk)
     WHERE an > 0
 ),
 prices AS (  -- each (cluster, GPU resource) of the result, priced once
@@ -127,14 +124,14 @@ rates AS (
     LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS dflt(r) ON dflt.r.cluster IS NULL
 ),
 priced AS (  -- per period, group and GPU resource (clusters merged unless the group has them)
-    SELECT k, CASE WHEN o.by_cluster OR o.by_workload THEN u.cluster END AS cluster,
+    SELECT k, CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster')
+                     OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN u.cluster END AS cluster,
            namespace, framework, uid, u.resource, any_value(kind) AS kind, any_value(name) AS name,
            sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, sum(gs * coalesce(p.price, 0.0)) AS gpu_cost_s,
            sum(cs * coalesce(r.cpu, 0.0)) AS cpu_cost_s, sum(ms * coalesce(r.memory, 0.0)) AS memory_cost_s,
            list({'cluster': u.cluster, 'resource': u.resource, 'hours': gs / 3600.0})
                FILTER (WHERE u.resource IS NOT NULL AND p.price IS NULL) AS unpriced
     FROM usage u
-    CROSS JOIN opts o
     LEFT JOIN prices p ON p.cluster = u.cluster AND p.resource = u.resource
     LEFT JOIN rates r ON r.cluster = u.cluster
     GROUP BY ALL
@@ -151,8 +148,9 @@ grouped AS (
     FROM priced
     GROUP BY k, cluster, namespace, framework, uid
 )
-SELECT to_timestamp(o.since_s + k * o.step_s) AS period_start,
-       to_timestamp(least(o.since_s + (k + 1) * o.step_s, o.until_s)) AS period_end,
+SELECT to_timestamp(epoch(CAST($since AS TIMESTAMPTZ)) + k * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ)))) AS period_start,
+       to_timestamp(least(epoch(CAST($since AS TIMESTAMPTZ)) + (k + 1) * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))),
+                          epoch(CAST($until AS TIMESTAMPTZ)))) AS period_end,
        cluster, namespace, framework, uid, kind, name, gpu_hours, gpu_resources_hours AS gpu_hours_by_resource,
        cpu_core_hours, memory_gib_hours,
        CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost END AS gpu_cost,
@@ -160,8 +158,14 @@ SELECT to_timestamp(o.since_s + k * o.step_s) AS period_start,
        CASE WHEN $gpu_prices IS NOT NULL THEN memory_cost END AS memory_cost,
        CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END AS cost,
        CASE WHEN $gpu_prices IS NOT NULL THEN unpriced END AS unpriced
-FROM grouped, opts o
+FROM grouped
 ORDER BY k, coalesce(cost, gpu_hours) DESC, gpu_hours DESC,  -- then the group's columns, in the order of $by
-         list_transform(coalesce(CAST($by AS VARCHAR[]), []), lambda d: coalesce(CASE d WHEN 'cluster' THEN cluster
-             WHEN 'namespace' THEN namespace WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, '')),
+         coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                  WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+         coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                  WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+         coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                  WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+         coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                  WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
          uid
