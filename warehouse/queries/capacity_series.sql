@@ -9,7 +9,8 @@
 -- window gets every step (0 where it had nothing).
 -- Parameters:
 --   $since, $until  TIMESTAMPTZ, the window
---   $step           INTERVAL, e.g. INTERVAL 1 HOUR
+--   $step           INTERVAL of a fixed length, e.g. INTERVAL 1 HOUR (steps are computed in epoch
+--                   seconds: a day is 24 h, and a month is not a step)
 --   $statuses       VARCHAR[] of statuses counted, NULL = Running and Degraded (holding their resources)
 --   $by             VARCHAR[] of grouping dimensions among cluster, namespace, framework, kind, status
 --   $clusters, $namespaces, $frameworks, $kinds
@@ -46,26 +47,36 @@ changes AS (  -- demand deltas per group and instant
 ),
 segments AS (  -- constant demand from `t0` to `upto`
     SELECT cluster, namespace, framework, kind, status, t0,
-           coalesce(lead(t0) OVER g, CAST($until AS TIMESTAMPTZ)) AS upto,
-           sum(dg) OVER c AS gpus, sum(dc) OVER c AS cpu, sum(dm) OVER c AS memory
-    FROM changes
-    WINDOW g AS (PARTITION BY cluster, namespace, framework, kind, status ORDER BY t0),
-           c AS (PARTITION BY cluster, namespace, framework, kind, status ORDER BY t0
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+           coalesce(lead(t0) OVER w, CAST($until AS TIMESTAMPTZ)) AS upto,
+           sum(dg) OVER w AS gpus, sum(dc) OVER w AS cpu, sum(dm) OVER w AS memory
+    FROM changes  -- one row per group and instant: the default frame (up to the row's t0) is the running sum
+    WINDOW w AS (PARTITION BY cluster, namespace, framework, kind, status ORDER BY t0)
 ),
-steps AS (
-    SELECT s AS step_start, least(s + CAST($step AS INTERVAL), CAST($until AS TIMESTAMPTZ)) AS step_end
-    FROM generate_series(CAST($since AS TIMESTAMPTZ), CAST($until AS TIMESTAMPTZ), CAST($step AS INTERVAL)) AS g(s)
-    WHERE s < CAST($until AS TIMESTAMPTZ)
+steps AS (  -- k, [step_start, step_end)
+    SELECT k, to_timestamp(since_s + k * step_s) AS step_start,
+           to_timestamp(least(since_s + (k + 1) * step_s, until_s)) AS step_end
+    FROM (SELECT epoch(CAST($since AS TIMESTAMPTZ)) AS since_s, epoch(CAST($until AS TIMESTAMPTZ)) AS until_s,
+                 epoch(CAST($step AS INTERVAL)) AS step_s),
+         range(0, CAST(ceil((until_s - since_s) / step_s) AS BIGINT)) AS r(k)
 ),
 groups AS (SELECT DISTINCT cluster, namespace, framework, kind, status FROM changes),
-measured AS (
-    SELECT st.step_start, s.cluster, s.namespace, s.framework, s.kind, s.status,
-           sum(s.gpus * epoch(least(s.upto, st.step_end) - greatest(s.t0, st.step_start))) AS gpu_seconds,
-           sum(s.cpu * epoch(least(s.upto, st.step_end) - greatest(s.t0, st.step_start))) AS cpu_seconds,
-           sum(s.memory * epoch(least(s.upto, st.step_end) - greatest(s.t0, st.step_start))) AS memory_seconds,
-           max(s.gpus) AS peak_gpus, max(s.cpu) AS peak_cpu, max(s.memory) AS peak_memory
-    FROM segments s JOIN steps st ON s.t0 < st.step_end AND s.upto > st.step_start
+measured AS (  -- each segment split at the steps it overlaps (arithmetic on epoch seconds, no range join)
+    SELECT k, cluster, namespace, framework, kind, status,
+           sum(gpus * seconds) AS gpu_seconds, sum(cpu * seconds) AS cpu_seconds,
+           sum(memory * seconds) AS memory_seconds,
+           max(gpus) AS peak_gpus, max(cpu) AS peak_cpu, max(memory) AS peak_memory
+    FROM (
+        SELECT k, cluster, namespace, framework, kind, status, gpus, cpu, memory,
+               least(u, since_s + (k + 1) * step_s) - greatest(f, since_s + k * step_s) AS seconds
+        FROM (
+            SELECT *, unnest(range(CAST(floor((f - since_s) / step_s) AS BIGINT),
+                                   CAST(ceil((u - since_s) / step_s) AS BIGINT))) AS k
+            FROM (SELECT cluster, namespace, framework, kind, status, gpus, cpu, memory,
+                         epoch(t0) AS f, epoch(upto) AS u, epoch(CAST($since AS TIMESTAMPTZ)) AS since_s,
+                         epoch(CAST($step AS INTERVAL)) AS step_s
+                  FROM segments WHERE upto > t0)
+        )
+    )
     GROUP BY ALL
 )
 SELECT st.step_start, st.step_end, gr.cluster, gr.namespace, gr.framework, gr.kind, gr.status,
@@ -76,7 +87,7 @@ SELECT st.step_start, st.step_end, gr.cluster, gr.namespace, gr.framework, gr.ki
        coalesce(m.memory_seconds, 0) / epoch(st.step_end - st.step_start) AS avg_memory,
        coalesce(m.peak_memory, 0)::BIGINT AS peak_memory
 FROM steps st CROSS JOIN groups gr
-LEFT JOIN measured m ON m.step_start = st.step_start
+LEFT JOIN measured m ON m.k = st.k
     AND m.cluster IS NOT DISTINCT FROM gr.cluster AND m.namespace IS NOT DISTINCT FROM gr.namespace
     AND m.framework IS NOT DISTINCT FROM gr.framework AND m.kind IS NOT DISTINCT FROM gr.kind
     AND m.status IS NOT DISTINCT FROM gr.status
