@@ -123,18 +123,27 @@ rates AS (
     LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS own(r) ON own.r.cluster = c.cluster
     LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS dflt(r) ON dflt.r.cluster IS NULL
 ),
-priced AS (  -- per period, group and GPU resource (clusters merged unless the group has them)
-    SELECT k, CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster')
-                     OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN u.cluster END AS cluster,
-           namespace, framework, uid, u.resource, any_value(kind) AS kind, any_value(name) AS name,
-           sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, sum(gs * coalesce(p.price, 0.0)) AS gpu_cost_s,
-           sum(cs * coalesce(r.cpu, 0.0)) AS cpu_cost_s, sum(ms * coalesce(r.memory, 0.0)) AS memory_cost_s,
-           list({'cluster': u.cluster, 'resource': u.resource, 'hours': gs / 3600.0})
-               FILTER (WHERE u.resource IS NOT NULL AND p.price IS NULL) AS unpriced
+priced AS (  -- per period, group and GPU resource: priced rows, and clusters merged unless the group has them
+    SELECT k, u.cluster, namespace, framework, uid, u.resource, kind, name, gs, cs, ms,
+           gs * coalesce(p.price, 0.0) AS gpu_cost_s, cs * coalesce(r.cpu, 0.0) AS cpu_cost_s,
+           ms * coalesce(r.memory, 0.0) AS memory_cost_s,
+           CASE WHEN u.resource IS NOT NULL AND p.price IS NULL
+                THEN [{'cluster': u.cluster, 'resource': u.resource, 'hours': gs / 3600.0}] END AS unpriced
     FROM usage u
     LEFT JOIN prices p ON p.cluster = u.cluster AND p.resource = u.resource
     LEFT JOIN rates r ON r.cluster = u.cluster
-    GROUP BY ALL
+    WHERE (list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster') OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload'))
+    UNION ALL
+    SELECT k, NULL, namespace, framework, uid, u.resource, any_value(kind), any_value(name),
+           sum(gs), sum(cs), sum(ms), sum(gs * coalesce(p.price, 0.0)),
+           sum(cs * coalesce(r.cpu, 0.0)), sum(ms * coalesce(r.memory, 0.0)),
+           list({'cluster': u.cluster, 'resource': u.resource, 'hours': gs / 3600.0})
+               FILTER (WHERE u.resource IS NOT NULL AND p.price IS NULL)
+    FROM usage u
+    LEFT JOIN prices p ON p.cluster = u.cluster AND p.resource = u.resource
+    LEFT JOIN rates r ON r.cluster = u.cluster
+    WHERE NOT (list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster') OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload'))
+    GROUP BY k, namespace, framework, uid, u.resource
 ),
 grouped AS (
     SELECT k, cluster, namespace, framework, uid, any_value(kind) AS kind, any_value(name) AS name,
