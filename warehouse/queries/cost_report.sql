@@ -11,18 +11,21 @@
 -- are computed in epoch seconds, so a day is always 24 h whatever the session's time zone); an
 -- interval across period boundaries is split at them.  Without $step, one period: the whole window.
 -- Speed: no per-period expansion of intervals.  Each interval is reduced to its first period k0,
--- its last k1 and its seconds in those two; the periods in between are full, so the interval
--- adds its demand to a running level from k0 + 1 and takes it back at k1.  Per group and period
--- the partial seconds and the level changes are summed (one aggregation over ~2 rows per
--- interval), the level is a running sum over the group's periods, and only the periods between
--- two changes of one group are generated (the rows of the result, not the intervals' days).
+-- its last k1 and its seconds in those two.  One spanning several periods joins a running level
+-- of full periods at k0 and leaves it at k1 (its first period counts its seconds minus the full
+-- period the level gives it).  Per group, GPU resource and period the seconds and the level
+-- changes are summed (one aggregation over <= 2 rows per interval), the level is a running sum
+-- over the group's periods, and only the periods between two changes of a group are generated:
+-- the work follows the intervals and the rows of the result, not the intervals' days.  Rows
+-- already keyed by cluster are priced as they are; others are summed over clusters first.
 -- Prices: $gpu_prices are the pricing file's GPU rules as rows (warehouse/pricing.py gpu_rules),
 -- matched to each (cluster, GPU resource) of the result once: the lowest rank that matches wins
 -- (cluster section before the default one; exact name, then globs longest first, then default);
 -- $rates the CPU and memory rates per section (cluster NULL: the default section).
--- Rows: one per period and group; gpu_resources maps each GPU resource name to its GPU-hours,
+-- Rows: one per period and group; gpu_hours_by_resource maps each GPU resource name to its GPU-hours,
 -- unpriced to the GPU-hours no rule priced.  Costs are NULL without $gpu_prices.  Order: period,
--- then the largest cost (or GPU-hours without prices) first.
+-- then the largest cost (or GPU-hours without prices) first, then the group's columns in the
+-- order of $by.
 -- Parameters:
 --   $since, $until  TIMESTAMPTZ, the window
 --   $as_of          TIMESTAMPTZ, where open intervals end; NULL = now()
