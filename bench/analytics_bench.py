@@ -21,7 +21,8 @@ the real ones), then filled with two set-based ``INSERT ... SELECT`` over
 - intervals: what the writer would derive from those states, one interval
   per change of status or demand, closed by the next change, the last one
   open (a deletion opens a final ``Deleted`` interval); kept as the writer
-  keeps them (``interval_history``, the live workloads' open intervals in
+  keeps them, in the order it appends them (when they close), so DuckDB's
+  min/max of each row group on ``valid_to`` works as it does on a real file (``interval_history``, the live workloads' open intervals in
   ``workload_current``, the deleted workloads' keys in ``deleted_workloads``).
 
 Then, with the real code paths on a read-only connection
@@ -157,9 +158,11 @@ ORDER BY i
 """
 
 # The writer's intervals: a new one opens at a state whose status or demand differs from the previous
-# state's; it closes at the next one's opening (the last stays open).
+# state's; it closes at the next one's opening (the last stays open).  In the order the writer appends
+# them to interval_history: a closed interval when it closes, a final Deleted one at the deletion.
 _INTERVALS = """
 INSERT INTO interval_history
+SELECT * FROM (
 SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status,
        observed_at AS valid_from,
        lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq) AS valid_to,
@@ -174,6 +177,7 @@ FROM (
 ) s
 WHERE j = 0 OR status <> st(w, j - 1, batch, wl_kept(w, t0, gap, batch))
      OR (status <> 'Deleted' AND scale(w, j, batch) <> scale(w, j - 1, batch))
+) ORDER BY coalesce(valid_to, valid_from)
 """
 
 
