@@ -320,6 +320,32 @@ def test_current_state_view_and_open_intervals(tmp_path):
         assert at == 64.0
 
 
+def test_checkpoints_change_no_row(tmp_path, monkeypatch):
+    """The writer's checkpoint (here after every batch, each compacting workload_current as when
+    that table stores more than twice its live rows) changes no row."""
+    batches = [[as_record(PYTORCHJOB, uid=f"u{w}", observed=f"2025-06-03T{9 + b // 60:02d}:{b % 60:02d}:00Z",
+                          event="ADDED" if b == 0 else "MODIFIED", status=("Running", "Degraded")[b % 2],
+                          resourceVersion=str(100 + b)) for w in range(50)] for b in range(30)]
+
+    def contents(path):
+        with Warehouse(path) as wh:
+            for batch in batches:
+                wh.write(batch)
+            cur = wh.cursor()
+            stored = cur.execute("SELECT sum(count) FROM pragma_storage_info('workload_current') "
+                                 "WHERE column_path = '[0]'").fetchone()[0]
+            return stored, [cur.execute(f"SELECT {columns} FROM {t} ORDER BY ALL").fetchall() for t, columns in (
+                ("workload_states", "* EXCLUDE (record, gpu_resources)"), ("status_intervals", "*"),
+                ("workload_current", "*"))]
+
+    _, expected = contents(tmp_path / "plain.duckdb")
+    monkeypatch.setattr(writing, "CHECKPOINT_WAL_BYTES", 0)
+    monkeypatch.setattr(writing, "_CURRENT_STORED", "SELECT 3 * count(*), count(*) FROM workload_current")
+    stored, rows = contents(tmp_path / "checkpointed.duckdb")
+    assert rows == expected
+    assert len(rows[2]) == 50 and stored <= 2 * 50
+
+
 def test_transitions_are_deduplicated(tmp_path):
     t = {"cluster": "c1", "namespace": "ns", "name": "j", "kind": "Job", "uid": "u1", "framework": "Kubernetes",
          "definition": "job", "from": None, "to": "Initializing", "at": "2025-06-03T09:00:00Z", "gpus": 8,
