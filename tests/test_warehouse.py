@@ -183,7 +183,7 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
     conn.execute("DETACH w")
     conn.close()
     with Warehouse(old) as wh:
-        assert schema.current_version(wh.conn) == schema.LATEST_VERSION == 4
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 4
         cur = wh.cursor()
         assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in expected} == expected
         generated = cur.execute("SELECT generation_expression FROM duckdb_columns() "
@@ -197,6 +197,53 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
         assert cur.execute("SELECT json_array_length(components) FROM workload_states WHERE uid = ? AND cluster = ? "
                            "ORDER BY seq DESC LIMIT 1", [rec["uid"], rec["cluster"]]).fetchone()[0] == len(
             rec["components"])
+
+
+def record_compressions(cur) -> set[str]:
+    """The compressions of workload_states.record's data segments (not its validity mask)."""
+    return {c for (c,) in cur.execute(
+        "SELECT DISTINCT compression FROM pragma_storage_info('workload_states') "
+        "WHERE column_name = 'record' AND segment_type <> 'VALIDITY'").fetchall()}
+
+
+def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
+    """A version-4 file keeps every row when its workload_states is rebuilt with the record column
+    compressed with zstd (as a fresh warehouse has it), and the writer carries on from it."""
+    written, old = tmp_path / "written.duckdb", tmp_path / "v4.duckdb"
+    recs = example_batch()
+    with Warehouse(written) as wh:
+        wh.write(recs[:40], offsets={("t", 0): 40})
+        cur = wh.cursor()
+        cur.execute("CHECKPOINT")
+        assert record_compressions(cur) == {"ZSTD"}  # a fresh warehouse has it from the start
+        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall()))
+                    for t in ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")}
+    assert all(expected.values())
+    conn = duckdb.connect(str(old))
+    assert schema.migrate(conn, target=4) == [1, 2, 3, 4]
+    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
+    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
+    for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
+        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+    conn.execute("DETACH w")
+    conn.execute("CHECKPOINT")
+    assert "ZSTD" not in record_compressions(conn)  # the version-4 layout: DuckDB's choice
+    conn.close()
+    with Warehouse(old) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 5
+        cur = wh.cursor()
+        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in expected} == expected
+        generated = cur.execute("SELECT generation_expression FROM duckdb_columns() "
+                                "WHERE table_name = 'workload_states' AND column_name = 'components'").fetchone()
+        assert generated is not None and "json_extract" in (generated[0] or "")
+        cur.execute("CHECKPOINT")
+        assert record_compressions(cur) == {"ZSTD"}
+        res = wh.write(recs, offsets={("t", 0): len(recs)})  # the first 40 again: duplicates
+        assert res.duplicates >= 40 and res.inserted > 0
+    conn = duckdb.connect(str(old), read_only=True)  # persisted: reopened, and the new rows too
+    assert record_compressions(conn) == {"ZSTD"}
+    assert conn.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(expected["workload_states"]) + res.inserted
+    conn.close()
 
 
 def test_deleted_workloads_leave_the_keyed_table_and_late_records_take_the_exact_path(tmp_path):
