@@ -634,6 +634,13 @@ def test_kafka_writer_end_to_end(kafka_broker, tmp_path):
         assert cur.execute("SELECT count(*) FROM transitions").fetchone()[0] == 1
         assert wh.offsets() == ends
         assert intervals(wh, "e2e-7") == EXPECTED_LIFECYCLE
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="wm-test-admin")
+    try:  # the offsets are also committed to Kafka under the group id, for lag monitoring
+        committed = admin.list_group_offsets("wm-e2e")["wm-e2e"]
+    finally:
+        admin.close()
+    assert {(tp.topic, tp.partition): o.offset for tp, o in committed.items()} == ends
     letters = read_all(bootstrap, topics["deadletter"], 2)
     assert sorted(d["reason"] for d in letters) == [records.MALFORMED_JSON, records.MISSING_FIELDS]
     assert {d["stage"] for d in letters} == {"warehouse"}
@@ -663,14 +670,23 @@ class WriterProcess:
                                      stderr=subprocess.PIPE, text=True, env=env)
         self.batches: list[dict] = []
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        # stderr is drained as it comes: left in its pipe, ~64 KB of a client library's warnings
+        # would block the writer on its next write (a stall that looks like the writer's own)
+        self.errors: collections.deque[str] = collections.deque(maxlen=200)
+        self._readers = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=self._read_errors, daemon=True)]
+        for reader in self._readers:
+            reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
             self.lines.append(line.strip())
             if line.startswith("{"):
                 self.batches.append(json.loads(line))
+
+    def _read_errors(self):
+        for line in self.proc.stderr:
+            self.errors.append(line.rstrip())
 
     def messages(self) -> int:
         return sum(b["messages"] for b in self.batches)
@@ -679,9 +695,11 @@ class WriterProcess:
         deadline = time.monotonic() + timeout
         while self.messages() < n:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()   # a stalled writer still holds its stderr open: read it once it is gone
+                self.proc.kill()
                 self.proc.wait(10)
-                raise AssertionError(f"writer exited or stalled at {self.messages()}/{n}: {self.proc.stderr.read()}")
+                self._readers[1].join(10)
+                raise AssertionError(f"writer exited or stalled at {self.messages()}/{n}; its stderr:\n"
+                                     + "\n".join(self.errors))
             time.sleep(0.05)
 
 

@@ -805,12 +805,15 @@ def _parse_messages(messages, transitions_topic, transitions, values, kept, offs
 CAUGHT_UP_POLL_S = 0.02  # a poll this long that brings nothing: the writer has caught up
 
 
+ASSIGN_EVERY_S = 10.0  # how often the writer looks for partitions it does not read yet
+
+
 class KafkaWarehouseWriter:
     """Consumes the workloads and transitions topics into a Warehouse, exactly once.
 
-    Kafka's own committed offsets are NOT the source of truth: on every
-    partition assignment the consumer seeks to the offsets stored in DuckDB
-    (or to the beginning when the file has none), and each batch is written
+    Kafka's own committed offsets are NOT the source of truth: the consumer
+    reads every partition of the topics (``_assign``), each from the offset stored in DuckDB
+    (or from the beginning when the file has none), and each batch is written
     with the offsets after it in the same transaction.  After that commit the
     offsets are also committed to Kafka, only so that lag shows up in the usual
     tools.  Malformed messages are dead-lettered (stage ``warehouse``) before
@@ -861,24 +864,7 @@ class KafkaWarehouseWriter:
     # ------------------------------------------------------------------ Kafka clients
 
     def _connect(self):
-        from kafka import ConsumerRebalanceListener, KafkaConsumer
-
-        writer = self
-
-        class Seeker(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                writer._flush()  # write what was read from them before they go
-
-            def on_partitions_assigned(self, assigned):
-                stored = writer.warehouse.offsets()
-                for tp in assigned:
-                    offset = stored.get((tp.topic, tp.partition))
-                    if offset is None:
-                        writer._consumer.seek_to_beginning(tp)
-                    else:
-                        writer._consumer.seek(tp, offset)
-                log.info("warehouse writer assigned %s", sorted((tp.topic, tp.partition) for tp in assigned))
-
+        from kafka import KafkaConsumer
         self._consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, client_id=self.client_id,
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.batch_size,
@@ -887,7 +873,37 @@ class KafkaWarehouseWriter:
             # records for it wait until that fetch returns: hold fetches 100 ms, not 500
             fetch_max_wait_ms=100,
             **self.security)
-        self._consumer.subscribe(list(self.topics), listener=Seeker())
+        self._assigned = frozenset()
+        self._assign()
+
+    def _assign(self) -> None:
+        """Read every partition of the topics, each from the offset DuckDB stores for it.
+
+        Why assigned, not subscribed: a warehouse file has one writer (DuckDB allows one), so
+        there is nothing to balance, and a group's rebalancing only cost: a writer restarted
+        after a crash waited for the dead member's session to expire (45 s) before reading,
+        and kafka-python (3.0.12) now and then never finished joining when the topics were
+        new.  The group id still names the offsets committed to Kafka (for lag monitoring).
+        Partitions the broker does not know yet (a topic still to be created, partitions
+        added later) are picked up by later calls (``poll_batch``, every ASSIGN_EVERY_S).
+        """
+        from kafka.structs import TopicPartition
+        partitions = frozenset(TopicPartition(t, p) for t in self.topics
+                               for p in self._consumer.partitions_for_topic(t))
+        self._assign_checked = time.monotonic()
+        if partitions <= self._assigned:
+            return
+        self._flush()  # what was read so far is written, so DuckDB's offsets are where reading stands
+        self._consumer.assign(sorted(partitions))
+        stored = self.warehouse.offsets()
+        for tp in partitions:
+            offset = stored.get((tp.topic, tp.partition))
+            if offset is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, offset)
+        self._assigned = partitions
+        log.info("warehouse writer reads %s", sorted((tp.topic, tp.partition) for tp in partitions))
 
     def _dead_letter_producer(self):
         if self._producer is None:
@@ -909,6 +925,11 @@ class KafkaWarehouseWriter:
         """
         if self._consumer is None:
             self._connect()
+        elif time.monotonic() - self._assign_checked >= ASSIGN_EVERY_S or not self._assigned:
+            self._assign()
+        if not self._assigned:  # none of the topics exists yet
+            self._stop.wait(self.max_wait_ms / 1000)
+            return None
         deadline = time.monotonic() + self.max_wait_ms / 1000
         while len(self._pending) < self.batch_size and not self._stop.is_set():
             left = deadline - time.monotonic()
