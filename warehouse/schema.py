@@ -119,9 +119,8 @@ _INTERVAL_COLUMNS = ("cluster, uid, api_version, kind, namespace, name, definiti
                      "valid_from, valid_to, pods, gpus, cpu, memory, gpu_resources, from_seq")
 
 
-def _states_table(name: str, record: str) -> str:
-    """workload_states as of version 4 (components virtual), with `record` of the type given."""
-    return f"""CREATE TABLE {name} (
+# workload_states' columns before components and record, the same in every version.
+_STATES_HEAD = f"""
     seq              BIGINT NOT NULL,{_IDENTITY}
     resource_version VARCHAR,
     version_key      VARCHAR NOT NULL,
@@ -132,7 +131,12 @@ def _states_table(name: str, record: str) -> str:
     event_type       VARCHAR NOT NULL,
     deleted          BOOLEAN NOT NULL,
     status           VARCHAR NOT NULL,
-    phase            VARCHAR,{_DEMAND},
+    phase            VARCHAR,{_DEMAND},"""
+
+
+def _states_table(name: str, record: str) -> str:
+    """workload_states as of version 4 (components virtual), with `record` of the type given."""
+    return f"""CREATE TABLE {name} ({_STATES_HEAD}
     components       JSON GENERATED ALWAYS AS ({COMPONENTS_OF_RECORD}) VIRTUAL,
     record           {record}
 )"""
@@ -140,18 +144,7 @@ def _states_table(name: str, record: str) -> str:
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "history, intervals, transitions, offsets, current view", (
-        f"""CREATE TABLE workload_states (
-    seq              BIGINT NOT NULL,{_IDENTITY}
-    resource_version VARCHAR,
-    version_key      VARCHAR NOT NULL,
-    generation       BIGINT,
-    origin           VARCHAR,
-    creation_timestamp TIMESTAMPTZ,
-    observed_at      TIMESTAMPTZ NOT NULL,
-    event_type       VARCHAR NOT NULL,
-    deleted          BOOLEAN NOT NULL,
-    status           VARCHAR NOT NULL,
-    phase            VARCHAR,{_DEMAND},
+        f"""CREATE TABLE workload_states ({_STATES_HEAD}
     components       JSON,
     record           JSON NOT NULL
 )""",
