@@ -129,12 +129,12 @@ def _check_glob(key: str, where: str) -> None:
     """Refuse a key that DuckDB's GLOB and fnmatch would read differently (a backslash, an unclosed ``[``)."""
     if "\\" in key:
         raise PricingError(f"{where}: a GPU resource name or glob has no backslash")
-    depth_open = key.find("[")
-    while depth_open >= 0:
-        close = key.find("]", depth_open + 2)  # ``[]]`` and ``[!]]`` hold a literal ]
+    start = key.find("[")
+    while start >= 0:
+        close = key.find("]", start + 2)  # ``[]]`` and ``[!]]`` hold a literal ]
         if close < 0:
             raise PricingError(f"{where}: the glob has an unclosed '['")
-        depth_open = key.find("[", close + 1)
+        start = key.find("[", close + 1)
 
 
 def _rates(data, where: str) -> Rates:
