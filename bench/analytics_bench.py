@@ -118,7 +118,7 @@ CREATE OR REPLACE TEMP MACRO scale(w, j, batch) AS
 """
 
 _STATES = """
-INSERT INTO workload_states
+INSERT INTO state_history
 SELECT i + 1 AS seq, c.cluster, uid, k.api_version, k.kind, namespace, name, k.definition, k.framework,
        rv AS resource_version, rv AS version_key, 1 + j // 5 AS generation, 'built-in' AS origin,
        to_timestamp(t0) AS creation_timestamp, to_timestamp(at_state(w, j, t0, gap)) AS observed_at,
@@ -171,7 +171,7 @@ FROM (
     SELECT *, wl_t0(w, gap) AS t0
     FROM (
         SELECT s.*, w, j, b.batch, wl_gap(w, b.batch) AS gap
-        FROM (SELECT *, (seq - 1) // {k} AS w, (seq - 1) % {k} AS j FROM workload_states) s
+        FROM (SELECT *, (seq - 1) // {k} AS w, (seq - 1) % {k} AS j FROM state_history) s
         JOIN bench_kinds b ON b.k = wl_kind(s.w)
     )
 ) s
@@ -220,7 +220,7 @@ def generating(path: str, rows: int, states: int) -> tuple[float, int, int]:
             FROM interval_history i
             JOIN (SELECT cluster, uid, max(seq) AS seq, max(observed_at) AS observed_at,
                          arg_max(version_key, seq) AS version_key
-                  FROM workload_states GROUP BY cluster, uid) s ON s.cluster = i.cluster AND s.uid = i.uid
+                  FROM state_history GROUP BY cluster, uid) s ON s.cluster = i.cluster AND s.uid = i.uid
             WHERE i.valid_to IS NULL AND i.status <> 'Deleted'""")
         conn.execute("DELETE FROM interval_history WHERE valid_to IS NULL AND status <> 'Deleted'")
         conn.execute("""INSERT INTO deleted_workloads SELECT DISTINCT md5_number_lower(cluster || '/' || uid)

@@ -141,7 +141,7 @@ def seed_history(path: str, rows: int, live: int = LIVE, k: int = STATES_PER_WOR
                    FROM range({workloads * k})"""
         status = ("CASE WHEN deleted THEN 'Deleted' WHEN j = 0 THEN 'Initializing' "
                   "WHEN j % 3 = 0 THEN 'Degraded' ELSE 'Running' END")
-        c.execute(f"""INSERT INTO workload_states
+        c.execute(f"""INSERT INTO state_history
             SELECT i + 1, 'cluster-' || (w % 3), printf('00000000-0000-4000-8000-%012d', w), 'batch/v1', 'Job',
                    'ns-' || (w % 50), 'job-' || w, 'job', 'Kubernetes', (1000 + j)::VARCHAR, (1000 + j)::VARCHAR,
                    1, 'built-in', to_timestamp({SEED_T0} + 3 * w * {k}), t,
@@ -157,19 +157,19 @@ def seed_history(path: str, rows: int, live: int = LIVE, k: int = STATES_PER_WOR
             SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status, observed_at,
                    lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq), pods, gpus, cpu, memory,
                    gpu_resources, seq
-            FROM workload_states
+            FROM state_history
             QUALIFY NOT ((seq - 1) // {k} >= {first_live} AND (seq - 1) % {k} = {k} - 1)""")
         c.execute(f"""INSERT INTO workload_current BY NAME
             SELECT cluster, uid, seq, observed_at, version_key, api_version, kind, namespace, name, definition,
                    framework, status, observed_at AS valid_from, pods, gpus, cpu, memory, gpu_resources,
                    seq AS from_seq
-            FROM workload_states WHERE (seq - 1) // {k} >= {first_live} AND (seq - 1) % {k} = {k} - 1""")
+            FROM state_history WHERE (seq - 1) // {k} >= {first_live} AND (seq - 1) % {k} = {k} - 1""")
         c.execute("INSERT INTO deleted_workloads SELECT md5_number_lower(cluster || '/' || uid) "
-                  "FROM workload_states WHERE deleted")
+                  "FROM state_history WHERE deleted")
         c.execute("""INSERT INTO transitions
             SELECT cluster, uid, namespace, name, kind, framework, definition,
                    lag(status) OVER (PARTITION BY cluster, uid ORDER BY seq), status, observed_at, gpus, 3.0
-            FROM workload_states""")
+            FROM state_history""")
         c.execute("CHECKPOINT")
     return workloads
 

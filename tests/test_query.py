@@ -68,7 +68,7 @@ def test_csv_and_table_and_file(history, tmp_path):
     ("INSERT INTO transitions (cluster, uid, to_status, transitioned_at) VALUES ('x', 'y', 'Running', now())",
      'statement of type "INSERT"'),
     ("DELETE FROM transitions", 'statement of type "DELETE"'),
-    ("UPDATE workload_states SET gpus = 0", 'statement of type "UPDATE"'),
+    ("UPDATE state_history SET gpus = 0", 'statement of type "UPDATE"'),
     ("CREATE TABLE t AS SELECT 1", 'statement of type "CREATE"'),
     ("DROP VIEW current_workloads", 'statement of type "DROP"'),
     ("COPY transitions TO '/tmp/wm-should-not-exist.csv'", "file system operations are disabled"),

@@ -139,10 +139,13 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
         wh.write(recs + other[:3])
         expected = sorted(map(str, wh.cursor().execute("SELECT * FROM status_intervals").fetchall()))
         states = sorted(map(str, wh.cursor().execute("SELECT * FROM current_workloads").fetchall()))
-    # Rewrite the file as version 2 had it: intervals in one table, no keyed tables.
+    # Rewrite the file as version 2 had it: intervals in one table, no keyed tables, the states in
+    # a table with their components.
     conn = duckdb.connect(str(path))
     conn.execute("CREATE TABLE v2_intervals AS SELECT * FROM status_intervals")
-    for statement in ("DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
+    for statement in ("DROP VIEW workload_states", "ALTER TABLE state_history RENAME TO workload_states",
+                      "ALTER TABLE workload_states ADD COLUMN components JSON",
+                      "DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
                       "DROP TABLE workload_current", "DROP TABLE deleted_workloads",
                       "ALTER TABLE v2_intervals RENAME TO status_intervals",
                       schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version >= 3"):
@@ -198,16 +201,19 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
 
 
 def assert_components_virtual(cur) -> None:
-    """workload_states.components is computed from the record (schema 4 on), not stored."""
-    generated = cur.execute("SELECT generation_expression FROM duckdb_columns() "
-                            "WHERE table_name = 'workload_states' AND column_name = 'components'").fetchone()
-    assert generated is not None and "json_extract" in (generated[0] or "")
+    """workload_states.components is computed from the record when read (schema 6: in the view
+    workload_states over state_history), neither stored nor computed at each insert."""
+    stored = {c for (c,) in cur.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'state_history'").fetchall()}
+    assert "record" in stored and "components" not in stored
+    view = cur.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'workload_states'").fetchone()
+    assert view is not None and "json_extract" in view[0]
 
 
-def record_compressions(cur) -> set[str]:
-    """The compressions of workload_states.record's data segments (not its validity mask)."""
+def record_compressions(cur, table: str = "state_history") -> set[str]:
+    """The compressions of the states' record's data segments (not its validity mask)."""
     return {c for (c,) in cur.execute(
-        "SELECT DISTINCT compression FROM pragma_storage_info('workload_states') "
+        f"SELECT DISTINCT compression FROM pragma_storage_info('{table}') "
         "WHERE column_name = 'record' AND segment_type <> 'VALIDITY'").fetchall()}
 
 
@@ -232,7 +238,7 @@ def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
         conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
     conn.execute("DETACH w")
     conn.execute("CHECKPOINT")
-    assert "ZSTD" not in record_compressions(conn)  # the version-4 layout: DuckDB's choice
+    assert "ZSTD" not in record_compressions(conn, "workload_states")  # the version-4 layout: DuckDB's choice
     conn.close()
     with Warehouse(old) as wh:
         assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 5
@@ -247,6 +253,41 @@ def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
     assert record_compressions(conn) == {"ZSTD"}
     assert conn.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(expected["workload_states"]) + res.inserted
     conn.close()
+
+
+def test_migrate_v5_to_v6_keeps_the_states_in_state_history_under_the_workload_states_view(tmp_path):
+    """A version-5 file (workload_states a table with a virtual components column) opens with the
+    same rows in every table and view, the states now in state_history (record still zstd) and
+    workload_states a view over it with the same columns in the same order; the writer carries on."""
+    written, old = tmp_path / "written.duckdb", tmp_path / "v5.duckdb"
+    recs = example_batch()
+    views = ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")
+    with Warehouse(written) as wh:
+        wh.write(recs[:40], offsets={("t", 0): 40})
+        cur = wh.cursor()
+        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in views}
+        columns = [d[0] for d in cur.execute("SELECT * FROM workload_states LIMIT 0").description]
+    assert all(expected.values()) and columns.index("components") == len(columns) - 2
+    conn = duckdb.connect(str(old))
+    assert schema.migrate(conn, target=5) == [1, 2, 3, 4, 5]
+    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
+    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
+    for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
+        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+    conn.execute("DETACH w")
+    conn.execute("CHECKPOINT")
+    conn.close()
+    with Warehouse(old) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 6
+        cur = wh.cursor()
+        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in views} == expected
+        assert [d[0] for d in cur.execute("SELECT * FROM workload_states LIMIT 0").description] == columns
+        assert_components_virtual(cur)
+        assert record_compressions(cur) == {"ZSTD"}
+        res = wh.write(recs, offsets={("t", 0): len(recs)})  # the first 40 again: duplicates
+        assert res.duplicates >= 40 and res.inserted > 0
+        assert cur.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(
+            expected["workload_states"]) + res.inserted
 
 
 def test_deleted_workloads_leave_the_keyed_table_and_late_records_take_the_exact_path(tmp_path):

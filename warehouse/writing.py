@@ -315,7 +315,7 @@ def _columns(rows: list[tuple], schema: pa.Schema) -> dict[str, pa.Array]:
 _IDENT = "cluster, uid, api_version, kind, namespace, name, definition, framework"
 _DEMAND = "pods, gpus, cpu, memory, gpu_resources"
 
-# Why keyed tables: the history (workload_states, interval_history, transitions) only grows, so a
+# Why keyed tables: the history (state_history, interval_history, transitions) only grows, so a
 # batch must never read it on its usual path.  What a batch needs of the past is each touched
 # workload's latest state and open interval: workload_current holds them for the live workloads
 # (one row each, PRIMARY KEY (cluster, uid), fetched with a join on the batch's keys; the live set
@@ -335,14 +335,14 @@ WHERE EXISTS (SELECT 1 FROM wm_keys k WHERE k.cluster = c.cluster AND k.uid = c.
 
 # The exact path: which flagged states are already in the history (reads the flagged workloads only).
 _HISTORY_DUPLICATES = """
-SELECT s.cluster, s.uid, s.version_key, s.deleted FROM workload_states s
+SELECT s.cluster, s.uid, s.version_key, s.deleted FROM state_history s
 WHERE EXISTS (SELECT 1 FROM wm_slow n WHERE s.cluster = n.cluster AND s.uid = n.uid
                                         AND s.version_key = n.version_key AND s.deleted = n.deleted)
 """
 _HISTORY_OF = f"""
 SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status, observed_at, seq,
        version_key, {_DEMAND}
-FROM workload_states s
+FROM state_history s
 WHERE EXISTS (SELECT 1 FROM wm_rebuild r WHERE r.cluster = s.cluster AND r.uid = s.uid)
 """
 _DELETE_REBUILT = """
@@ -351,7 +351,7 @@ WHERE EXISTS (SELECT 1 FROM wm_rebuild r WHERE r.cluster = i.cluster AND r.uid =
 """
 
 _INSERT_STATES = f"""
-INSERT INTO workload_states BY NAME
+INSERT INTO state_history BY NAME
 SELECT seq, {_IDENT}, resource_version, version_key, generation, origin,
        creation_timestamp, observed_at, event_type, deleted, status, phase, {_DEMAND}, record::JSON AS record
 FROM wm_new_states
@@ -459,7 +459,7 @@ class Warehouse:
         self.conn.execute(f"SET wal_autocheckpoint = '{WAL_AUTOCHECKPOINT}'")
         self.conn.execute("SET max_vacuum_tasks = 0")
         migrate(self.conn)
-        self._next_seq = self.conn.execute("SELECT coalesce(max(seq), 0) FROM workload_states").fetchone()[0]
+        self._next_seq = self.conn.execute("SELECT coalesce(max(seq), 0) FROM state_history").fetchone()[0]
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ writing
