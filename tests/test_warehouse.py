@@ -414,6 +414,7 @@ def test_current_state_view_and_open_intervals(tmp_path):
 def test_checkpoints_change_no_row(tmp_path, monkeypatch):
     """The writer's checkpoint (here after every batch, each compacting workload_current as when
     that table stores more than twice its live rows) changes no row."""
+    stored_query = writing._CURRENT_STORED
     batches = [[as_record(PYTORCHJOB, uid=f"u{w}", observed=f"2025-06-03T{9 + b // 60:02d}:{b % 60:02d}:00Z",
                           event="ADDED" if b == 0 else "MODIFIED", status=("Running", "Degraded")[b % 2],
                           resourceVersion=str(100 + b)) for w in range(50)] for b in range(30)]
@@ -425,6 +426,7 @@ def test_checkpoints_change_no_row(tmp_path, monkeypatch):
             cur = wh.cursor()
             stored = cur.execute("SELECT sum(count) FROM pragma_storage_info('workload_current') "
                                  "WHERE column_path = '[0]'").fetchone()[0]
+            assert cur.execute(stored_query).fetchone() == (stored, 50)  # what the writer reads
             return stored, [cur.execute(f"SELECT {columns} FROM {t} ORDER BY ALL").fetchall() for t, columns in (
                 ("workload_states", "* EXCLUDE (record, gpu_resources)"), ("status_intervals", "*"),
                 ("workload_current", "*"))]
