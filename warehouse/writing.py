@@ -43,6 +43,7 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
     DEADLETTER_TOPIC, DELETED, EVENT_TYPES, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
+from workloadmap.warehouse.deletions import DeletedWorkloads
 from workloadmap.warehouse.schema import migrate
 
 log = logging.getLogger(__name__)
@@ -477,6 +478,7 @@ class Warehouse:
         self.conn.execute("SET max_vacuum_tasks = 0")
         migrate(self.conn)
         self._next_seq = self.conn.execute("SELECT coalesce(max(seq), 0) FROM state_history").fetchone()[0]
+        self._deleted = DeletedWorkloads(self.conn)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ writing
@@ -601,6 +603,8 @@ class Warehouse:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        if self._deleted.full:
+            self._deleted.load(conn)
         return result
 
     def _apply_states(self, result: WriteResult, rows: list[tuple], texts: list[str],
@@ -613,13 +617,14 @@ class Warehouse:
         keys = {(r[_C], r[_U]) for r in rows}
         conn.register("wm_keys", pa.table(_columns(sorted(keys), _KEY_SCHEMA)))
         current = {(c[0], c[1]): c for c in conn.execute(_CURRENT_OF_BATCH).fetchall()}
-        # Not live: brand new, or deleted before (then the exact path): the ART index of
-        # deleted_workloads answers for the batch's keys, given as literals.
+        # Not live: brand new, or deleted before (then the exact path): the filter rules out most
+        # (deletions.py), the ART index of deleted_workloads answers for the others, given as literals.
         seen: set[int] = set()
         others = {workload_key(*k): k for k in keys if k not in current}
-        if others:
+        maybe = [k for k in others if self._deleted.may_contain(k)]  # the rest: certainly not deleted
+        if maybe:
             seen = {k for (k,) in conn.execute(
-                f"SELECT key FROM deleted_workloads WHERE key IN ({', '.join(map(str, others))})").fetchall()}
+                f"SELECT key FROM deleted_workloads WHERE key IN ({', '.join(map(str, maybe))})").fetchall()}
         deleted_before = {others[k] for k in seen}
         new, slow = [], []
         for i in sorted(first.values()):
@@ -700,6 +705,8 @@ class Warehouse:
             conn.register("wm_current", pa.table(_columns(latest_rows, _CURRENT_SCHEMA)))
             conn.execute("INSERT INTO workload_current BY NAME SELECT * EXCLUDE (valid_to) FROM wm_current").fetchall()
         if deleted_keys:
+            for key in deleted_keys:
+                self._deleted.add(key)
             conn.execute(f"INSERT OR IGNORE INTO deleted_workloads VALUES ({'), ('.join(map(str, deleted_keys))})"
                          ).fetchall()
 
