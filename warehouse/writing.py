@@ -589,7 +589,7 @@ class Warehouse:
                     self._apply_states(result, state_rows, texts, texts_are_json)
                 finally:
                     for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
-                                 "wm_intervals", "wm_current"):
+                                 "wm_intervals", "wm_current", "wm_deleted"):
                         conn.unregister(name)
             if transition_rows:
                 cols = _columns(transition_rows, _TRANSITION_SCHEMA)
@@ -717,10 +717,17 @@ class Warehouse:
             conn.register("wm_current", pa.table(_columns(latest_rows, _CURRENT_SCHEMA)))
             conn.execute("INSERT INTO workload_current BY NAME SELECT * EXCLUDE (valid_to) FROM wm_current").fetchall()
         if deleted_keys:
+            # Keys the filter rules out are certainly not in the table yet: a plain insert (the
+            # ART check of OR IGNORE costs twice as much); the others may be (a deleted workload's
+            # history rebuilt).
+            fresh, known = [], []
             for key in deleted_keys:
+                (known if self._deleted.may_contain(key) else fresh).append(key)
                 self._deleted.add(key)
-            conn.execute(f"INSERT OR IGNORE INTO deleted_workloads VALUES ({'), ('.join(map(str, deleted_keys))})"
-                         ).fetchall()
+            for keys, verb in ((fresh, "INSERT"), (known, "INSERT OR IGNORE")):
+                if keys:
+                    conn.register("wm_deleted", pa.table({"key": pa.array(keys, type=pa.uint64())}))
+                    conn.execute(f"{verb} INTO deleted_workloads SELECT key FROM wm_deleted").fetchall()
 
     # ------------------------------------------------------------------ reading
 
