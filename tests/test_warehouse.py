@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import copy
 import gc
+import itertools
 import json
 import os
 import signal
@@ -320,6 +321,30 @@ def test_a_newer_file_is_refused(tmp_path):
 def example_batch() -> list[dict]:
     return [as_record(r, cluster=f"c{i % 3}", observed=f"2025-06-03T09:{i % 60:02d}:00Z")
             for i, r in enumerate(EXAMPLES)]
+
+
+def test_a_large_batch_is_written_into_the_file_not_the_wal(tmp_path):
+    """A batch as the Kafka writer takes them at ~5,000 events/s (~2,500 records: more than a row
+    group, ROW_GROUP_ROWS) is written straight into the file at its commit (DuckDB's optimistic
+    writes): the WAL holds pointers to it, not its records; a small batch still goes through the
+    WAL.  Both read back whole, after a restart too."""
+    path = tmp_path / "w.duckdb"
+    big = [as_record(r, cluster="c1", uid=f"u-{n}", observed=f"2025-06-03T09:{n % 60:02d}:00Z")
+           for n, r in zip(range(2500), itertools.cycle(EXAMPLES))]
+    small = [as_record(r, cluster="c2", uid=f"v-{n}") for n, r in zip(range(200), itertools.cycle(EXAMPLES))]
+    text_bytes = sum(len(json.dumps(r)) for r in big)
+    with Warehouse(path) as wh:
+        wal = path.with_name(path.name + ".wal")
+        assert wh.write(big).inserted == len(big)
+        assert wal.stat().st_size < text_bytes / 20
+        before = wal.stat().st_size
+        assert wh.write(small).inserted == len(small)
+        assert wal.stat().st_size - before > sum(len(json.dumps(r)) for r in small) / 2
+    conn = duckdb.connect(str(path), read_only=True)
+    assert conn.execute("SELECT count(*), count(DISTINCT uid) FROM workload_states").fetchone() == (
+        len(big) + len(small),) * 2
+    assert conn.execute("SELECT count(*) FROM workload_current").fetchone()[0] == len(big) + len(small)
+    conn.close()
 
 
 def test_batch_of_resolved_examples(tmp_path):
