@@ -164,16 +164,54 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     if step is not None and step <= timedelta(0):
         raise ValueError("step must be positive")
     columns = row_columns(by)
+    by_workload = "workload" in columns
     table = run_query_arrow(
-        conn, "cost_report", since=since, until=until, as_of=None if as_of is None else _utc(as_of), step=step,
-        statuses=list(statuses), by=list(columns),
+        conn, "cost_by_workload" if by_workload else "cost_report", since=since, until=until,
+        as_of=None if as_of is None else _utc(as_of), step=step, statuses=list(statuses), by=list(columns),
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),
         frameworks=None if frameworks is None else list(frameworks),
         gpu_prices=None if pricing is None else pricing.gpu_rules(),
         rates=None if pricing is None else pricing.rate_rows())
+    if by_workload:
+        table = _workload_rows(table)
     return CostReport(since, until, step, by, columns, tuple(statuses),
                       None if pricing is None else pricing.currency, table)
+
+
+_GROUP_COLUMNS = ("cluster", "namespace", "framework", "uid", "kind", "name")
+_HOURS_MAP = pa.map_(pa.string(), pa.float64())
+
+
+def _workload_rows(result: pa.Table) -> pa.Table:
+    """The report's table from the rows of cost_by_workload.sql: its report rows (in order) with their
+    workload's columns as dictionary columns (one entry per workload, indexed by wid) and the map of
+    GPU-hours per resource made from the row's one resource or its entries, without copying the rows."""
+    n_workloads = result.column("period_start").null_count
+    rows = result.slice(0, result.num_rows - n_workloads)
+    groups = result.slice(result.num_rows - n_workloads)
+    if rows.column("period_start").null_count or groups.column("period_start").null_count != n_workloads:
+        raise RuntimeError("cost_by_workload.sql: the workload rows are not after the report rows")
+    groups = groups.take(pc.sort_indices(groups.column("wid")))  # row i: wid i
+    wid = rows.column("wid")
+    out = {"period_start": rows.column("period_start"), "period_end": rows.column("period_end")}
+    for name in _GROUP_COLUMNS:
+        values = groups.column(name).combine_chunks().cast(pa.string())
+        out[name] = pa.chunked_array([pa.DictionaryArray.from_arrays(c, values) for c in wid.chunks],
+                                     pa.dictionary(pa.int32(), pa.string()))
+    maps = []
+    for resource, hours, entries in zip(*(rows.column(c).chunks for c in ("resource", "gpu_hours", "entries"))):
+        one = resource.is_valid()
+        single = pa.ListArray.from_arrays(
+            pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(pc.cast(one, pa.int32()))]),
+            pa.StructArray.from_arrays([resource.filter(one), hours.filter(one)], ["key", "value"]))
+        merged = single if entries.null_count == len(entries) else pc.if_else(entries.is_valid(), entries, single)
+        maps.append(pa.MapArray.from_arrays(merged.offsets, merged.values.field("key"), merged.values.field("value")))
+    out["gpu_hours"] = rows.column("gpu_hours")
+    out["gpu_hours_by_resource"] = pa.chunked_array(maps, _HOURS_MAP)
+    for name in ("cpu_core_hours", "memory_gib_hours", "gpu_cost", "cpu_cost", "memory_cost", "cost", "unpriced"):
+        out[name] = rows.column(name)
+    return pa.table(out)
 
 
 def periods(report: CostReport) -> list[tuple[datetime, datetime]]:
