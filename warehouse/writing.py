@@ -399,7 +399,7 @@ def workload_key(cluster: str, uid: str) -> int:
 
 
 # Row indexes of check_record's tuples.
-_C, _U, _VK, _OBS, _DEL, _ST, _PODS, _GRES = 0, 1, 9, 13, 15, 16, 18, 22
+_C, _U, _VK, _OBS, _DEL, _ST, _PODS = 0, 1, 9, 13, 15, 16, 18
 _IDENT_SCHEMA = pa.schema([f for f in _STATE_SCHEMA if f.name in
                            ("cluster", "uid", "api_version", "kind", "namespace", "name", "definition", "framework")])
 _INTERVAL_SCHEMA = pa.schema(list(_IDENT_SCHEMA) + [
@@ -413,11 +413,12 @@ _SLOW_SCHEMA = pa.schema([("cluster", pa.string()), ("uid", pa.string()), ("vers
                           ("deleted", pa.bool_())])
 
 
-def _gpu_map(value) -> tuple:
-    """A gpu_resources value (list of pairs, dict or DuckDB's map) as sorted pairs."""
+def _gpu_map(value) -> list:
+    """A gpu_resources value (list of pairs, dict or DuckDB's map) as a sorted list of pairs, as
+    check_record gives it (so that a row's demand, ``row[_PODS:]``, compares equal)."""
     if isinstance(value, dict):
-        return tuple(sorted(value.items()))
-    return tuple(sorted((k, v) for k, v in value))
+        return sorted(value.items())
+    return sorted((k, v) for k, v in value)
 
 
 _TIME_SEQ = operator.itemgetter(0, 1)
@@ -664,39 +665,38 @@ class Warehouse:
         if not new:
             return
         seq0 = self._next_seq
-        seqs = {i: seq0 + n for n, i in enumerate(new, start=1)}
         cols = _columns([rows[i] for i in new] if len(new) < len(rows) else rows, _STATE_SCHEMA)
         # Texts already parsed as strict JSON go in as Arrow's JSON type, which DuckDB takes as its
         # JSON without parsing them again (its cast from VARCHAR parses each, ~10% of a batch).
         # (pa.array builds the JSON type ~5x slower than a string array wrapped as one.)
         record = pa.array([texts[i] for i in new] if len(new) < len(texts) else texts, type=pa.string())
         cols["record"] = pa.ExtensionArray.from_storage(pa.json_(), record) if texts_are_json else record
-        cols["seq"] = pa.array([seqs[i] for i in new], type=pa.int64())
+        cols["seq"] = pa.array(range(seq0 + 1, seq0 + 1 + len(new)), type=pa.int64())
         conn.register("wm_new_states", pa.table(cols))
         # Each touched workload's steps: its open interval (the anchor) and its new states; all its
-        # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key).
+        # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key),
+        # demand as in a row: (pods, gpus, cpu, memory, [(GPU resource, count), ...]).
         steps: dict[tuple, list] = {}
         if rebuild:
             conn.register("wm_rebuild", pa.table(_columns(sorted(rebuild), _KEY_SCHEMA)))
             for h in conn.execute(_HISTORY_OF).fetchall():
                 steps.setdefault((h[0], h[1]), []).append(
-                    (h[9], h[10], False, h[:8], h[8], (h[12], h[13], h[14], h[15], _gpu_map(h[16])), h[11]))
+                    (h[9], h[10], False, h[:8], h[8], (*h[12:16], _gpu_map(h[16])), h[11]))
             conn.execute(_DELETE_REBUILT).fetchall()
-        for i in new:
+        for seq, i in enumerate(new, start=seq0 + 1):
             r = rows[i]
-            steps.setdefault((r[_C], r[_U]), []).append(
-                (r[_OBS], seqs[i], False, r[:8], r[_ST], (r[18], r[19], r[20], r[21], tuple(r[_GRES])), r[_VK]))
+            steps.setdefault((r[_C], r[_U]), []).append((r[_OBS], seq, False, r[:8], r[_ST], r[_PODS:], r[_VK]))
         for key, c in current.items():
             if key in steps and key not in rebuild:
-                steps[key].append((c[12], c[18], True, (c[0], c[1]) + tuple(c[5:11]), c[11],
-                                   (c[13], c[14], c[15], c[16], _gpu_map(c[17])), c[4]))
+                steps[key].append((c[12], c[18], True, (c[0], c[1], *c[5:11]), c[11],
+                                   (*c[13:17], _gpu_map(c[17])), c[4]))
         closed, latest_rows, deleted_keys, opened = [], [], [], 0
         for key, workload_steps in steps.items():
             starts = _intervals(workload_steps)  # sorts the steps by (t, seq)
             latest = workload_steps[-1]
             for (t, seq, is_anchor, ident, status, demand, _), valid_to in starts:
                 opened += not is_anchor
-                row = (*ident, status, t, valid_to, *demand[:4], list(demand[4]), seq)
+                row = (*ident, status, t, valid_to, *demand, seq)
                 if valid_to is not None or status == DELETED:
                     closed.append(row)  # no longer changes (a final Deleted interval stays open)
                 else:
