@@ -185,8 +185,8 @@ class _Slow(Exception):
     """The batch's fast check met something it does not decide: check_record decides, record by record."""
 
 
-_REQUIRED = frozenset(_RECORD_FIELDS)
-_TOTAL_REQUIRED = frozenset(("gpu", "cpu", "memory"))
+_REQUIRED = operator.itemgetter("cluster", "uid", "kind", "status", "eventType", "deleted", "observedAt", "total")
+_TOTAL_REQUIRED = operator.itemgetter("gpu", "cpu", "memory")
 _NUMBER = (int, float)
 _UTC = timezone.utc
 
@@ -200,17 +200,15 @@ def _fast_rows(values) -> list[tuple]:
     parse = datetime.fromisoformat
     times: dict[str, int] = {}  # a batch repeats instants (creation timestamps, observedAt)
     for r in values:
-        if type(r) is not dict or not r.keys() >= _REQUIRED:
+        if type(r) is not dict:
             raise _Slow
         g = r.get
-        cluster, uid, kind, status = r["cluster"], r["uid"], r["kind"], r["status"]
+        cluster, uid, kind, status, event_type, deleted, observed_text, total = _REQUIRED(r)  # KeyError: slow
         if not (type(cluster) is str and type(uid) is str and type(kind) is str and type(status) is str
                 and cluster and uid and kind and status):
             raise _Slow
-        event_type, deleted = r["eventType"], r["deleted"]
         if type(event_type) is not str or event_type not in EVENT_TYPES or type(deleted) is not bool:
             raise _Slow
-        observed_text = r["observedAt"]
         observed = times.get(observed_text)
         if observed is None:
             if type(observed_text) is not str:
@@ -227,10 +225,10 @@ def _fast_rows(values) -> list[tuple]:
                 created = parse(text.replace("Z", "+00:00"))
                 created = ((created if created.tzinfo else created.replace(tzinfo=_UTC)) - _EPOCH) // _US
                 times[text] = created
-        total = r["total"]
-        if type(total) is not dict or not total.keys() >= _TOTAL_REQUIRED:
+        if type(total) is not dict:
             raise _Slow
-        gpus, cpu, memory, pods = total["gpu"], total["cpu"], total["memory"], total.get("pods", 0)
+        gpus, cpu, memory = _TOTAL_REQUIRED(total)
+        pods = total.get("pods", 0)
         if not (type(gpus) in _NUMBER and type(cpu) in _NUMBER and type(memory) in _NUMBER and type(pods) is int
                 and gpus >= 0 and cpu >= 0 and 0 <= memory <= _INT64_MAX and 0 <= pods <= _INT32_MAX):
             raise _Slow
