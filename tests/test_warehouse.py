@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from workloadmap.catalog import Catalog, records
 from workloadmap.catalog.registry import bundled_examples
@@ -511,6 +512,40 @@ def test_the_batch_check_gives_check_records_rows_and_its_reasons():
     assert [(e.reason, type(e)) for e in checked[3:-3]] == [
         (records.WRONG_TYPES, MalformedRecord), (records.MISSING_FIELDS, MalformedRecord)] + [
         (records.WRONG_TYPES, MalformedRecord)] * 5
+
+
+_SCALAR = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.integers(-3, 3)
+           | st.floats(allow_nan=False) | st.text(max_size=8)
+           | st.sampled_from(["2025-06-03T09:00:00Z", "2025-06-03", "ADDED", "DELETED", "Running", ""]))
+_JSONISH = _SCALAR | st.lists(_SCALAR, max_size=2) | st.dictionaries(st.text(max_size=4), _SCALAR, max_size=2)
+_FIELDS = [*writing._RECORD_FIELDS, "apiVersion", "namespace", "name", "definition", "framework", "origin",
+           "phase", "resourceVersion", "generation", "creationTimestamp"]
+_TOTAL_FIELDS = ["gpu", "cpu", "memory", "pods", "gpuResources"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_batch_check_never_accepts_what_check_record_refuses(data):
+    """Any record (a valid one with fields replaced, removed, or its total's): the fast batch check
+    either gives check_record's row or declines the batch (which check_record then decides)."""
+    rec = copy.deepcopy(data.draw(st.sampled_from(lifecycle())))
+    for field in data.draw(st.lists(st.sampled_from(_FIELDS), max_size=3)):
+        if data.draw(st.booleans()):
+            rec.pop(field, None)
+        else:
+            rec[field] = data.draw(_JSONISH)
+    if isinstance(rec.get("total"), dict):
+        for field in data.draw(st.lists(st.sampled_from(_TOTAL_FIELDS), max_size=2)):
+            rec["total"][field] = data.draw(_JSONISH | st.dictionaries(st.text(max_size=4), st.floats(-1, 8)))
+    try:
+        expected = writing.check_record(rec)
+    except (ValueError, TypeError, OverflowError) as exc:
+        expected = exc
+    try:
+        fast = writing._fast_rows([rec])
+    except Exception:
+        return  # declined: check_record decides
+    assert fast == [expected], f"the fast check accepted {rec!r}; check_record gave {expected!r}"
 
 
 def test_check_messages_dead_letters_with_reasons_and_keeps_json_checks(tmp_path):
