@@ -30,9 +30,10 @@ from hypothesis import strategies as st
 
 from workloadmap.cli import cost_commands, pipeline_commands
 from workloadmap.cli.cost_html import PALETTE
+from workloadmap.warehouse.costing import CONSUMING as CONSUMING_STATUSES
 from workloadmap.warehouse.costing import consuming_statuses, cost_report, row_columns
 from workloadmap.warehouse.pricing import PricingError, load_pricing, parse_pricing
-from workloadmap.warehouse.querying import open_readonly
+from workloadmap.warehouse.querying import open_readonly, run_query_arrow
 from workloadmap.warehouse.writing import Warehouse
 
 # A group of its own (the commands `workloadmap` registers), so the shared one is left as main.py builds it.
@@ -573,3 +574,141 @@ def test_cli_until_defaults_to_the_end_of_the_history(warehouse_path):
     items = json.loads(result.output)["items"]
     assert sum(i["gpuHours"] for i in items) == pytest.approx(358)
     assert {i["periodEnd"] for i in items} == {"2026-11-05T00:00:00Z"}
+
+
+# --------------------------------------------------------------------------- the workload plan against a reference
+
+# Demands of the random histories: (gpus, gpu_resources, cores, GiB).  An empty map with GPUs counts them as
+# 'unspecified'; odd/x has no price; one demand holds two resources; one holds no GPU.
+_DEMANDS = ((4, {"nvidia.com/gpu": 4}, 8, 32), (8, {"nvidia.com/gpu": 8}, 16, 64), (2, {"nvidia.com/mig-1g.10gb": 2}, 2, 8),
+            (3, {"nvidia.com/gpu": 1, "amd.com/gpu": 2}, 4, 16), (2, {}, 1, 4), (1, {"odd/x": 1}, 0.5, 2),
+            (0, {}, 2, 8), (2, {"amd.com/gpu": 2}, 0, 0))
+_PLAN_PRICING = {"default": {"gpu": {"nvidia.com/gpu": 2.5, "nvidia.com/mig-*": 0.75, "amd.com/gpu": 2.1,
+                                     "unspecified": 1.3}, "cpu": 0.03, "memory": 0.004},
+                 "clusters": {"c2": {"gpu": {"nvidia.com/gpu": 3.1}, "cpu": 0.05}}}
+_T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def plan_warehouse(tmp_path_factory):
+    with Warehouse(tmp_path_factory.mktemp("plan") / "plan.duckdb") as wh:
+        yield wh
+
+
+_workload = st.tuples(
+    st.sampled_from(("c1", "c2")),
+    st.lists(st.tuples(st.integers(0, 50 * 3600),  # seconds from the previous interval's start (0: same instant)
+                       st.sampled_from(("Running", "Running", "Degraded", "Suspended", "Initializing")),
+                       st.integers(0, len(_DEMANDS) - 1)), min_size=1, max_size=7),
+    st.booleans())  # the last interval open
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(workloads=st.lists(_workload, min_size=1, max_size=6), since_h=st.integers(0, 72), span_h=st.integers(1, 120),
+       step_h=st.sampled_from((None, 1, 6, 24)), as_of_h=st.integers(0, 200), priced=st.booleans(),
+       by=st.sampled_from((("workload",), ("namespace", "workload"), ("workload", "cluster"), ("framework", "workload"))))
+def test_workload_plan_as_a_reference_and_the_general_query(plan_warehouse, workloads, since_h, span_h, step_h, as_of_h,
+                                                             priced, by):
+    """cost_by_workload.sql gives the rows computed here interval by interval, period by period (within 1e-9), in
+    the report's order, and the same rows as cost_report.sql: intervals sharing a period, multi-resource and
+    unpriced GPUs, open intervals, windows and as_of that cut intervals."""
+    conn = plan_warehouse.cursor()
+    conn.execute("SET TimeZone = 'UTC'")
+    conn.execute("DELETE FROM interval_history")
+    intervals = []  # (cluster, uid, namespace, framework, kind, name, status, valid_from, valid_to, gpus, map, cpu, GiB)
+    for w, (cluster, steps, open_end) in enumerate(workloads):
+        start = _T0 + timedelta(seconds=7 * w)
+        ident = (cluster, f"uid-{w}", f"team-{w % 3}", ("Ray", "JobSet")[w % 2], ("RayJob", "JobSet")[w % 2], f"job-{w}")
+        starts = []
+        for delta, status, demand in steps:
+            start += timedelta(seconds=delta)
+            starts.append((start, status, demand))
+        ends = [s[0] for s in starts[1:]] + [None if open_end else start + timedelta(hours=5)]
+        for (begin, status, demand), end in zip(starts, ends):
+            gpus, gmap, cpu, gib = _DEMANDS[demand]
+            intervals.append((*ident, status, begin, end, gpus, gmap, cpu, gib))
+    conn.executemany(
+        "INSERT INTO interval_history (cluster, uid, api_version, kind, namespace, name, definition, framework, status, "
+        "valid_from, valid_to, pods, gpus, cpu, memory, gpu_resources, from_seq) "
+        "VALUES (?, ?, 'v1', ?, ?, ?, 'd', ?, ?, ?, ?, 1, ?, ?, ?, MAP(?::VARCHAR[], ?::DOUBLE[]), ?)",
+        [(c, u, k, ns, n, fw, status, begin, end, gpus, cpu, int(gib * GiB), list(gmap), list(gmap.values()), i)
+         for i, (c, u, ns, fw, k, n, status, begin, end, gpus, gmap, cpu, gib) in enumerate(intervals)])
+    since = _T0 + timedelta(hours=since_h)
+    until = since + timedelta(hours=span_h)
+    as_of = _T0 + timedelta(hours=as_of_h)
+    step = None if step_h is None else timedelta(hours=step_h)
+    pricing = parse_pricing(_PLAN_PRICING) if priced else None
+
+    report = cost_report(conn, since, until, by=by, step=step, pricing=pricing, as_of=as_of)
+
+    # The reference: each consuming interval's part in the window, split at the periods.
+    length = (step or (until - since)).total_seconds()
+    expected: dict = {}
+    for c, u, ns, fw, k, n, status, begin, end, gpus, gmap, cpu, gib in intervals:
+        s0, s1 = max(begin, since), min(end or as_of, until)
+        if status not in ("Running", "Degraded") or s1 <= s0 or not (gpus > 0 or cpu > 0 or gib > 0):
+            continue
+        gmap = gmap or ({"unspecified": gpus} if gpus > 0 else {})
+        p = int((s0 - since).total_seconds() // length)
+        while since + timedelta(seconds=p * length) < s1:
+            p0 = since + timedelta(seconds=p * length)
+            seconds = (min(s1, p0 + timedelta(seconds=length)) - max(s0, p0)).total_seconds()
+            row = expected.setdefault((p0, c, u), {"namespace": ns, "framework": fw, "workload": f"{k}/{n}", "map": {},
+                                                   "gpu": 0.0, "cpu": 0.0, "mem": 0.0, "gc": 0.0, "cc": 0.0, "mc": 0.0})
+            for resource, g in gmap.items():
+                row["map"][resource] = row["map"].get(resource, 0.0) + g * seconds / 3600
+                row["gpu"] += g * seconds / 3600
+                row["gc"] += g * seconds / 3600 * ((pricing and pricing.gpu_price(c, resource)) or 0.0)
+            row["cpu"] += cpu * seconds / 3600
+            row["mem"] += gib * seconds / 3600
+            row["cc"] += cpu * seconds / 3600 * ((pricing and pricing.cpu_price(c)) or 0.0)
+            row["mc"] += gib * seconds / 3600 * ((pricing and pricing.memory_price(c)) or 0.0)
+            p += 1
+
+    rows = report.rows
+    assert {(r.period_start, r.cluster, r.uid) for r in rows} == set(expected)
+    assert len(rows) == len(expected)
+    close = dict(rel=1e-9, abs=1e-9)
+    for r in rows:
+        e = expected[(r.period_start, r.cluster, r.uid)]
+        assert (r.namespace, r.framework, r.workload) == (e["namespace"], e["framework"], e["workload"])
+        assert r.gpu_hours == pytest.approx(e["gpu"], **close)
+        assert r.gpu_hours_by_resource == pytest.approx(e["map"], **close)
+        assert (r.cpu_core_hours, r.memory_gib_hours) == pytest.approx((e["cpu"], e["mem"]), **close)
+        if pricing is None:
+            assert (r.gpu_cost, r.cpu_cost, r.memory_cost, r.cost) == (None, None, None, None)
+        else:
+            assert (r.gpu_cost, r.cpu_cost, r.memory_cost) == pytest.approx((e["gc"], e["cc"], e["mc"]), **close)
+    # The report's order: period, the largest cost (GPU-hours without prices), GPU-hours, the group's columns, uid.
+    columns = report.columns
+
+    def order(r):
+        return (r.period_start, -(r.cost if pricing else r.gpu_hours), -r.gpu_hours,
+                *(getattr(r, d) or "" for d in columns), r.uid)
+    assert [order(r) for r in rows] == sorted(order(r) for r in rows)
+    unpriced: dict = {}
+    for (p0, c, u), e in expected.items():
+        for resource, hours in e["map"].items():
+            if pricing is not None and pricing.gpu_price(c, resource) is None:
+                unpriced[(c, resource)] = unpriced.get((c, resource), 0.0) + hours
+    assert report.unpriced == pytest.approx(unpriced, **close)
+
+    # The general query gives the same rows, in the same order (values equal within 1e-9).
+    general = run_query_arrow(
+        conn, "cost_report", since=since, until=until, as_of=as_of, step=step, statuses=list(CONSUMING_STATUSES),
+        by=list(columns), gpu_prices=None if pricing is None else pricing.gpu_rules(),
+        rates=None if pricing is None else pricing.rate_rows()).to_pylist()
+    mine = report.table.to_pylist()
+    assert [(g["period_start"], g["cluster"], g["uid"]) for g in general] == \
+           [(m["period_start"], m["cluster"], m["uid"]) for m in mine]
+    numbers = ("gpu_hours", "cpu_core_hours", "memory_gib_hours", "gpu_cost", "cpu_cost", "memory_cost", "cost")
+    for g, m in zip(general, mine):
+        assert {k: v for k, v in m.items() if k not in (*numbers, "gpu_hours_by_resource", "unpriced")} == \
+               {k: v for k, v in g.items() if k not in (*numbers, "gpu_hours_by_resource", "unpriced")}
+        assert [m[k] is None for k in numbers] == [g[k] is None for k in numbers]
+        assert [m[k] for k in numbers if g[k] is not None] == pytest.approx(
+            [g[k] for k in numbers if g[k] is not None], **close)
+        assert dict(m["gpu_hours_by_resource"]) == pytest.approx(dict(g["gpu_hours_by_resource"]), **close)
+        assert (m["unpriced"] is None) == (g["unpriced"] is None)
+        hours = {(e["cluster"], e["resource"]): e["hours"] for e in m["unpriced"] or []}
+        assert hours == pytest.approx({(e["cluster"], e["resource"]): e["hours"] for e in g["unpriced"] or []}, **close)

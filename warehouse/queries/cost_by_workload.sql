@@ -91,7 +91,7 @@ rates AS (
 demand_rates AS (  -- per demand: GPUs, its one resource and price, GPU cost of a second; special: several resources, or unpriced ones
     SELECT d.did, d.cluster, d.gpu_map, coalesce(e.gpus, 0.0) AS gpus, coalesce(e.gpu_rate, 0.0) AS gpu_rate,
            CASE WHEN cardinality(d.gpu_map) = 1 THEN map_keys(d.gpu_map)[1] END AS resource,
-           CASE WHEN cardinality(d.gpu_map) = 1 THEN coalesce(e.price, 0.0) ELSE 0.0 END AS gpu_price,
+           CASE WHEN cardinality(d.gpu_map) = 1 THEN coalesce(e.price, 0.0) END AS gpu_price,  -- NULL: no resource
            cardinality(d.gpu_map) > 1 OR ($gpu_prices IS NOT NULL AND coalesce(e.unpriced, false)) AS special,
            coalesce(r.cpu, 0.0) AS cpu_price, coalesce(r.memory, 0.0) AS memory_price
     FROM demands d
@@ -109,7 +109,7 @@ iv AS (  -- the intervals with their workload and demand
 ),
 edges AS (  -- per workload, the periods where its intervals start or end, summed (a workload's prices are its cluster's)
     SELECT k, wid, gs / 3600.0 AS gpu_hours, cs / 3600.0 AS cpu_core_hours, ms / 3600.0 AS memory_gib_hours,
-           CASE WHEN general THEN gcs ELSE gs * gpu_price END / 3600.0 AS gpu_cost,
+           CASE WHEN general THEN gcs ELSE gs * coalesce(gpu_price, 0.0) END / 3600.0 AS gpu_cost,
            cs * cpu_price / 3600.0 AS cpu_cost, ms * memory_price / 3600.0 AS memory_cost, resource, general
     FROM (
     SELECT k, wid, sum(secs * gpus) AS gs, sum(secs * cpu) AS cs, sum(secs * memory_gib) AS ms, sum(secs * gpu_rate) AS gcs,
@@ -147,7 +147,7 @@ special_whole AS (  -- a special demand's map and unpriced hours over a whole pe
 rows AS (  -- an interval's whole periods k0 < k < k1 (its own), then the edges
     SELECT r.k, wid, gpus * step_s / 3600.0 AS gpu_hours, cpu * step_s / 3600.0 AS cpu_core_hours,
            memory_gib * step_s / 3600.0 AS memory_gib_hours,
-           CASE WHEN special THEN gpu_rate * step_s ELSE gpus * step_s * gpu_price END / 3600.0 AS gpu_cost,
+           CASE WHEN special THEN gpu_rate * step_s ELSE gpus * step_s * coalesce(gpu_price, 0.0) END / 3600.0 AS gpu_cost,
            cpu * step_s * cpu_price / 3600.0 AS cpu_cost, memory_gib * step_s * memory_price / 3600.0 AS memory_cost,
            CASE WHEN NOT special THEN resource END AS resource, w.entries, w.unpriced
     FROM iv LEFT JOIN special_whole w ON iv.special AND w.did = iv.did, unnest(range(k0 + 1, k1)) AS r(k)
