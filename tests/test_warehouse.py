@@ -219,6 +219,19 @@ def record_compressions(cur, table: str = "state_history") -> set[str]:
         "WHERE column_name = 'record' AND segment_type <> 'VALIDITY'").fetchall()}
 
 
+def at_version(version: int, path, written) -> duckdb.DuckDBPyConnection:
+    """A file at schema `version` (4 or later: workload_states a table) holding the rows of `written`."""
+    conn = duckdb.connect(str(path))
+    assert schema.migrate(conn, target=version) == list(range(1, version + 1))
+    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
+    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
+    for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
+        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+    conn.execute("DETACH w")
+    conn.execute("CHECKPOINT")
+    return conn
+
+
 def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
     """A version-4 file keeps every row when its workload_states is rebuilt with the record column
     compressed with zstd (as a fresh warehouse has it), and the writer carries on from it."""
@@ -232,14 +245,7 @@ def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
         expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall()))
                     for t in ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")}
     assert all(expected.values())
-    conn = duckdb.connect(str(old))
-    assert schema.migrate(conn, target=4) == [1, 2, 3, 4]
-    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
-    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
-    for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
-        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
-    conn.execute("DETACH w")
-    conn.execute("CHECKPOINT")
+    conn = at_version(4, old, written)
     assert "ZSTD" not in record_compressions(conn, "workload_states")  # the version-4 layout: DuckDB's choice
     conn.close()
     with Warehouse(old) as wh:
@@ -270,15 +276,7 @@ def test_migrate_v5_to_v6_keeps_the_states_in_state_history_under_the_workload_s
         expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in views}
         columns = [d[0] for d in cur.execute("SELECT * FROM workload_states LIMIT 0").description]
     assert all(expected.values()) and columns.index("components") == len(columns) - 2
-    conn = duckdb.connect(str(old))
-    assert schema.migrate(conn, target=5) == [1, 2, 3, 4, 5]
-    conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
-    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
-    for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
-        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
-    conn.execute("DETACH w")
-    conn.execute("CHECKPOINT")
-    conn.close()
+    at_version(5, old, written).close()
     with Warehouse(old) as wh:
         assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 6
         cur = wh.cursor()
