@@ -8,7 +8,11 @@ interval to the window (one that crosses an edge counts only its part
 inside), splits it at period boundaries without expanding it per period,
 prices the hours with the rules of a pricing file (``pricing.py``) and groups
 them; the result comes back as an Arrow table (``CostReport.table``), and the
-``CostRow`` objects are made from it only when someone reads ``rows``.
+``CostRow`` objects are made from it only when someone reads ``rows``.  A
+group with a workload has a plan of its own, ``queries/cost_by_workload.sql``
+(a year of daily rows is millions of them; a workload's intervals never
+overlap, so most rows need no aggregation): the same rows, whose workload
+columns come back once per workload and become Arrow dictionary columns here.
 
 Which statuses consume (the billing rule):
 
@@ -84,7 +88,7 @@ class CostReport:
     columns: tuple[str, ...]  # the dimensions the rows carry (workload brings cluster, namespace, framework)
     statuses: tuple[str, ...]
     currency: str | None  # None: no pricing file
-    table: pa.Table  # the rows of cost_report.sql, in the report's order
+    table: pa.Table  # the report's rows in its order (cost_report.sql's; by workload: _workload_rows)
 
     @cached_property
     def rows(self) -> list[CostRow]:

@@ -1,33 +1,45 @@
--- Resource-hours and their cost per period and workload: the cost report's rows when the group has a workload.
+-- Resource-hours and their cost per period and workload: cost_report.sql's rows when the group has a workload.
 --
--- The same report as cost_report.sql, for groups that include `workload` (the group is then the
--- workload: its cluster, namespace and framework come with it), where a daily report over a year
--- has millions of rows.  warehouse/costing.py runs this query instead of cost_report.sql and makes
--- the report's table from its rows (see below).  Intervals, windows, periods, statuses, filters and
--- prices are read exactly as in cost_report.sql.
+-- The same report as cost_report.sql (same intervals, window, periods, statuses, filters, prices,
+-- figures and order) for groups that include `workload`: the group is then the workload, its
+-- cluster, namespace and framework come with it, and a daily report over a year has millions of
+-- rows.  warehouse/costing.py runs this query instead of cost_report.sql for those groups and
+-- makes the report's table from its rows (below); it is not meant to be read as it is.
 -- Why a plan of its own: a workload's intervals never overlap (the writer derives them from the
 -- workload's states in time order, each closed at the next one's start), so a period strictly
--- inside an interval (k0 < k < k1) is that interval's alone: its row is the interval's demand x
--- the period, one value for all those periods, and needs no aggregation, no running level and no
--- merging of maps.  Only an interval's first and last periods (k0, k1) can be shared with the
--- workload's other intervals: those "edges" (<= 2 per interval) are summed per (period, workload)
--- on integer keys.  Prices are looked up once per distinct (cluster, GPU map), not per row.
--- A workload whose edge mixes GPU resources (or holds a multi-resource or unpriced demand) gets
--- its per-resource map and unpriced hours summed per resource; the rest carry one resource name.
--- Order: as cost_report.sql (period, the largest cost or GPU-hours first, then the group's
--- columns in the order of $by, then uid): the group's columns are ranked once per workload
--- (wid) so that the sort of the rows has fixed-width keys (k, cost, GPU-hours, wid), and the
--- rows carry no strings, maps or lists through it but the resource name and the rare lists.
--- Rows (the report's rows first, in order, then one row per workload with period_start NULL):
---   report row: period_start, period_end, wid, gpu_hours, resource (the one GPU resource of the
---     row's map, NULL for none or when `entries` holds the map), entries (the map as
---     [{key, value}] when it has several resources or unpriced ones), cpu_core_hours,
---     memory_gib_hours, gpu_cost, cpu_cost, memory_cost, cost, unpriced (as in cost_report.sql)
---   workload row: wid and the workload's cluster, namespace, framework, uid, kind, name
--- costing.py joins them by wid (Arrow dictionary columns) and builds the map column from
--- resource/entries: DuckDB's MAP constructor checks every row's keys, ~0.4 us a row, and the
--- strings would cross the sort 5 million times instead of once per workload.
--- Parameters: as cost_report.sql; $by holds 'workload' and the other columns of the group
+-- inside an interval (k0 < k < k1) is that interval's alone.  Its row is the interval's demand x a
+-- whole period, one value for all those periods: made by projection (an unnest of k0+1 .. k1-1),
+-- with no aggregation, no running level and no merging of maps.  Only an interval's first and last
+-- periods (k0, k1: its edges, <= 2 per interval) can be shared with the workload's other
+-- intervals: they are summed per (period, workload) on integer keys.  Prices are looked up once
+-- per distinct (cluster, GPU map) of the window, not per row.  The map of GPU-hours per resource:
+-- a row whose intervals all hold the same one resource (nearly all) carries that resource's name;
+-- an edge that mixes resources, or a demand with several resources or an unpriced one, carries
+-- the map as entries (and its unpriced hours), summed per resource.
+-- Order: period, then the largest cost (or GPU-hours without prices), GPU-hours, the group's
+-- columns in the order of $by, uid, as cost_report.sql.  The group's columns are ranked once per
+-- workload (wid), so the rows are sorted on fixed-width keys (k, cost, GPU-hours, wid) and carry
+-- no group strings and no maps through the sort (it is still most of the time: 5 M rows of a
+-- one-year daily report; the strings would cross it 5 million times instead of once a workload).
+-- Rows: first the report's rows, in order:
+--   period_start, period_end, wid, gpu_hours, resource (the one GPU resource of the row's map; NULL
+--   for none, or when entries holds the map), entries ([{key, value}]: the map when it has several
+--   resources or unpriced ones), cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost, memory_cost,
+--   cost, unpriced (as in cost_report.sql);
+-- then one row per workload (period_start NULL): wid, cluster, namespace, framework, uid, kind, name.
+-- costing.py turns wid into dictionary columns of the workloads' names and resource/entries into
+-- the map column, in Arrow and without copying the rows (DuckDB's MAP constructor checks every
+-- row's keys: ~2 s for 5 M rows).
+-- Parameters: as in cost_report.sql
+--   $since, $until  TIMESTAMPTZ, the window
+--   $as_of          TIMESTAMPTZ, where open intervals end; NULL = now()
+--   $step           INTERVAL, e.g. INTERVAL 1 DAY; NULL = one period
+--   $statuses       VARCHAR[], the consuming statuses; NULL = Running and Degraded
+--   $by             VARCHAR[], the group's columns, among them 'workload' (costing.row_columns)
+--   $clusters, $namespaces, $frameworks
+--                   VARCHAR[] filters, NULL = no filter
+--   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
+--   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
 WITH spans AS (  -- consuming intervals cut to the window: first and last period k0, k1, seconds in each
     SELECT *,
            least(s1, since_s + (k0 + 1) * step_s) - s0 AS first_s,
