@@ -18,9 +18,10 @@
 -- the map as entries (and its unpriced hours), summed per resource.
 -- Order: period, then the largest cost (or GPU-hours without prices), GPU-hours, the group's
 -- columns in the order of $by, uid, as cost_report.sql.  The group's columns are ranked once per
--- workload (wid), so the rows are sorted on fixed-width keys (k, cost, GPU-hours, wid) and carry
--- no group strings and no maps through the sort (it is still most of the time: 5 M rows of a
--- one-year daily report; the strings would cross it 5 million times instead of once a workload).
+-- workload (wid), the values (cost, GPU-hours, wid) once per value (an interval's whole periods
+-- share one), so the rows are sorted on two integers (k, rank) and carry no group strings and no
+-- maps through the sort (still the largest part: 5 M rows of a one-year daily report; the
+-- strings would cross it 5 million times instead of once a workload).
 -- Rows: first the report's rows, in order:
 --   period_start, period_end, wid, gpu_hours, resource (the one GPU resource of the row's map; NULL
 --   for none, or when entries holds the map), entries ([{key, value}]: the map when it has several
@@ -156,18 +157,30 @@ special_whole AS (  -- a special demand's map and unpriced hours over a whole pe
     WHERE did IN (SELECT did FROM demand_rates WHERE special)
     GROUP BY did
 ),
-rows AS (  -- an interval's whole periods k0 < k < k1 (its own), then the edges
-    SELECT r.k, wid, gpus * step_s / 3600.0 AS gpu_hours, cpu * step_s / 3600.0 AS cpu_core_hours,
+vals AS (  -- the rows' values: an interval's whole periods lo .. hi-1 (k0 < k < k1, one value for all), each edge
+    SELECT k0 + 1 AS lo, k1 AS hi, wid, gpus * step_s / 3600.0 AS gpu_hours, cpu * step_s / 3600.0 AS cpu_core_hours,
            memory_gib * step_s / 3600.0 AS memory_gib_hours,
            CASE WHEN special THEN gpu_rate * step_s ELSE gpus * step_s * coalesce(gpu_price, 0.0) END / 3600.0 AS gpu_cost,
            cpu * step_s * cpu_price / 3600.0 AS cpu_cost, memory_gib * step_s * memory_price / 3600.0 AS memory_cost,
            CASE WHEN NOT special THEN resource END AS resource, w.entries, w.unpriced
-    FROM iv LEFT JOIN special_whole w ON iv.special AND w.did = iv.did, unnest(range(k0 + 1, k1)) AS r(k)
+    FROM iv LEFT JOIN special_whole w ON iv.special AND w.did = iv.did
     WHERE k1 > k0 + 1
     UNION ALL
-    SELECT e.k, e.wid, gpu_hours, cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost, memory_cost,
+    SELECT e.k, e.k + 1, e.wid, gpu_hours, cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost, memory_cost,
            CASE WHEN NOT e.general THEN e.resource END, g.entries, g.unpriced
     FROM edges e LEFT JOIN general g ON e.general AND g.k = e.k AND g.wid = e.wid
+),
+numbered AS (SELECT row_number() OVER () AS vid, * FROM vals),
+ranks AS (  -- the order inside a period as one number, ranked once per value (2 M) rather than per row (5 M):
+            -- the largest cost (GPU-hours without prices) first, then GPU-hours, then the group (wid).
+            -- Two values of one workload never share a period (its intervals do not overlap).
+    SELECT vid, row_number() OVER (ORDER BY coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END,
+                                                     gpu_hours) DESC, gpu_hours DESC, wid)::INTEGER AS rank
+    FROM numbered
+),
+rows AS (
+    SELECT r.k, n.* EXCLUDE (vid, lo, hi), x.rank
+    FROM numbered n JOIN ranks x USING (vid), unnest(range(n.lo, n.hi)) AS r(k)
 )
 SELECT to_timestamp(epoch(CAST($since AS TIMESTAMPTZ)) + k * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ)))) AS period_start,
        to_timestamp(least(epoch(CAST($since AS TIMESTAMPTZ)) + (k + 1) * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))),
@@ -180,8 +193,7 @@ SELECT to_timestamp(epoch(CAST($since AS TIMESTAMPTZ)) + k * coalesce(epoch(CAST
        CASE WHEN $gpu_prices IS NOT NULL THEN unpriced END AS unpriced,
        NULL AS cluster, NULL AS namespace, NULL AS framework, NULL AS uid, NULL AS kind, NULL AS name
 FROM (SELECT * FROM rows  -- the sort carries numbers, the resource name and the rare lists; the times are made after it
-      ORDER BY k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END, gpu_hours) DESC,
-               gpu_hours DESC, wid)
+      ORDER BY k, rank)
 UNION ALL
 SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cluster, namespace, framework, uid, kind, name
 FROM workloads
