@@ -606,12 +606,13 @@ _workload = st.tuples(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workloads=st.lists(_workload, min_size=1, max_size=6), since_h=st.integers(0, 72), span_h=st.integers(1, 120),
        step_h=st.sampled_from((None, 1, 6, 24)), as_of_h=st.integers(0, 200), priced=st.booleans(),
-       by=st.sampled_from((("workload",), ("namespace", "workload"), ("workload", "cluster"), ("framework", "workload"))))
+       by=st.sampled_from((("workload",), ("namespace", "workload"), ("workload", "cluster"), ("framework", "workload"))),
+       namespaces=st.sampled_from((None, ["team-0", "team-2"])))
 def test_workload_plan_as_a_reference_and_the_general_query(plan_warehouse, workloads, since_h, span_h, step_h, as_of_h,
-                                                             priced, by):
+                                                             priced, by, namespaces):
     """cost_by_workload.sql gives the rows computed here interval by interval, period by period (within 1e-9), in
     the report's order, and the same rows as cost_report.sql: intervals sharing a period, multi-resource and
-    unpriced GPUs, open intervals, windows and as_of that cut intervals."""
+    unpriced GPUs, open intervals, windows and as_of that cut intervals, a namespace filter."""
     conn = plan_warehouse.cursor()
     conn.execute("SET TimeZone = 'UTC'")
     conn.execute("DELETE FROM interval_history")
@@ -639,14 +640,15 @@ def test_workload_plan_as_a_reference_and_the_general_query(plan_warehouse, work
     step = None if step_h is None else timedelta(hours=step_h)
     pricing = parse_pricing(_PLAN_PRICING) if priced else None
 
-    report = cost_report(conn, since, until, by=by, step=step, pricing=pricing, as_of=as_of)
+    report = cost_report(conn, since, until, by=by, step=step, pricing=pricing, as_of=as_of, namespaces=namespaces)
 
     # The reference: each consuming interval's part in the window, split at the periods.
     length = (step or (until - since)).total_seconds()
     expected: dict = {}
     for c, u, ns, fw, k, n, status, begin, end, gpus, gmap, cpu, gib in intervals:
         s0, s1 = max(begin, since), min(end or as_of, until)
-        if status not in ("Running", "Degraded") or s1 <= s0 or not (gpus > 0 or cpu > 0 or gib > 0):
+        if status not in ("Running", "Degraded") or s1 <= s0 or not (gpus > 0 or cpu > 0 or gib > 0) or (
+                namespaces is not None and ns not in namespaces):
             continue
         gmap = gmap or ({"unspecified": gpus} if gpus > 0 else {})
         p = int((s0 - since).total_seconds() // length)
@@ -696,7 +698,7 @@ def test_workload_plan_as_a_reference_and_the_general_query(plan_warehouse, work
     # The general query gives the same rows, in the same order (values equal within 1e-9).
     general = run_query_arrow(
         conn, "cost_report", since=since, until=until, as_of=as_of, step=step, statuses=list(CONSUMING_STATUSES),
-        by=list(columns), gpu_prices=None if pricing is None else pricing.gpu_rules(),
+        by=list(columns), namespaces=namespaces, gpu_prices=None if pricing is None else pricing.gpu_rules(),
         rates=None if pricing is None else pricing.rate_rows()).to_pylist()
     mine = report.table.to_pylist()
     assert [(g["period_start"], g["cluster"], g["uid"]) for g in general] == \
