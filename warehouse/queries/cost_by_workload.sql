@@ -28,6 +28,8 @@
 --   resources or unpriced ones), cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost, memory_cost,
 --   cost, unpriced (as in cost_report.sql);
 -- then one row per workload (period_start NULL): wid, cluster, namespace, framework, uid, kind, name.
+-- (UNION ALL keeps its branches' order; costing.py checks that the workload rows come last.)  A
+-- workload is (cluster, uid): its namespace, framework, kind and name do not change.
 -- costing.py turns wid into dictionary columns of the workloads' names and resource/entries into
 -- the map column, in Arrow and without copying the rows (DuckDB's MAP constructor checks every
 -- row's keys: ~2 s for 5 M rows).
