@@ -428,6 +428,11 @@ _SLOW_SCHEMA = pa.schema([("cluster", pa.string()), ("uid", pa.string()), ("vers
                           ("deleted", pa.bool_())])
 
 
+def _tuples(table: pa.Table):
+    """A table's rows as tuples: column by column through Arrow, ~2x faster than DuckDB's fetchall."""
+    return zip(*[column.to_pylist() for column in table.columns])
+
+
 def _gpu_map(value) -> list:
     """A gpu_resources value (list of pairs, dict or DuckDB's map) as a sorted list of pairs, as
     check_record gives it (so that a row's demand, ``row[_PODS:]``, compares equal)."""
@@ -644,7 +649,7 @@ class Warehouse:
             first.setdefault((r[_C], r[_U], r[_VK], r[_DEL]), i)
         keys = {(r[_C], r[_U]) for r in rows}
         conn.register("wm_keys", pa.table(_columns(sorted(keys), _KEY_SCHEMA)))
-        current = {(c[0], c[1]): c for c in conn.execute(_CURRENT_OF_BATCH).fetchall()}
+        current = {(c[0], c[1]): c for c in _tuples(conn.sql(_CURRENT_OF_BATCH).to_arrow_table())}
         # Not live: brand new, or deleted before (then the exact path): the filter rules out most
         # (deletions.py), the ART index of deleted_workloads answers for the others, given as literals.
         seen: set[int] = set()
