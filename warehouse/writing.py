@@ -205,7 +205,6 @@ class _Slow(Exception):
 _REQUIRED = operator.itemgetter("cluster", "uid", "kind", "status", "eventType", "deleted", "observedAt", "total")
 _TOTAL_REQUIRED = operator.itemgetter("gpu", "cpu", "memory")
 _NUMBER = (int, float)
-_UTC = timezone.utc
 
 
 def _fast_rows(values) -> list[tuple]:
@@ -230,8 +229,7 @@ def _fast_rows(values) -> list[tuple]:
         if observed is None:
             if type(observed_text) is not str:
                 raise _Slow
-            observed = parse(observed_text.replace("Z", "+00:00"))
-            observed = ((observed if observed.tzinfo else observed.replace(tzinfo=_UTC)) - _EPOCH) // _US
+            observed = _micros(parse(observed_text.replace("Z", "+00:00")))
             times[observed_text] = observed
         created = g("creationTimestamp")
         if created is not None:
@@ -239,8 +237,7 @@ def _fast_rows(values) -> list[tuple]:
             if created is None:
                 if type(text) is not str:
                     raise _Slow
-                created = parse(text.replace("Z", "+00:00"))
-                created = ((created if created.tzinfo else created.replace(tzinfo=_UTC)) - _EPOCH) // _US
+                created = _micros(parse(text.replace("Z", "+00:00")))
                 times[text] = created
         if type(total) is not dict:
             raise _Slow
