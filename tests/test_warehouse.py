@@ -167,6 +167,14 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
         assert intervals(wh) == EXPECTED_LIFECYCLE and intervals(wh, "uid-2") == EXPECTED_LIFECYCLE
 
 
+# What a migration must keep: every table and view a reader sees, compared as sorted rows.
+MIGRATED = ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")
+
+
+def contents(cur, tables) -> dict[str, list[str]]:
+    return {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+
+
 def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
     """A version-3 file (components stored as a column of their own) opens with the same rows,
     components now read from the record; the writer carries on from it."""
@@ -175,8 +183,7 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
     with Warehouse(written) as wh:
         wh.write(recs[:40], offsets={("t", 0): 40})
         cur = wh.cursor()
-        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall()))
-                    for t in ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")}
+        expected = contents(cur, MIGRATED)
     assert all(expected.values())
     conn = duckdb.connect(str(old))
     assert schema.migrate(conn, target=3) == [1, 2, 3]
@@ -190,7 +197,7 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
     with Warehouse(old) as wh:
         assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 4
         cur = wh.cursor()
-        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in expected} == expected
+        assert contents(cur, MIGRATED) == expected
         assert_components_virtual(cur)
         res = wh.write(recs, offsets={("t", 0): len(recs)})  # the first 40 again: duplicates
         assert res.duplicates >= 40 and res.inserted == len({(r["cluster"], r["uid"], r["resourceVersion"])
@@ -242,8 +249,7 @@ def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
         cur = wh.cursor()
         cur.execute("CHECKPOINT")
         assert record_compressions(cur) == {"ZSTD"}  # a fresh warehouse has it from the start
-        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall()))
-                    for t in ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")}
+        expected = contents(cur, MIGRATED)
     assert all(expected.values())
     conn = at_version(4, old, written)
     assert "ZSTD" not in record_compressions(conn, "workload_states")  # the version-4 layout: DuckDB's choice
@@ -251,7 +257,7 @@ def test_migrate_v4_to_v5_compresses_the_record_with_zstd(tmp_path):
     with Warehouse(old) as wh:
         assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 5
         cur = wh.cursor()
-        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in expected} == expected
+        assert contents(cur, MIGRATED) == expected
         assert_components_virtual(cur)
         cur.execute("CHECKPOINT")
         assert record_compressions(cur) == {"ZSTD"}
@@ -269,18 +275,17 @@ def test_migrate_v5_to_v6_keeps_the_states_in_state_history_under_the_workload_s
     workload_states a view over it with the same columns in the same order; the writer carries on."""
     written, old = tmp_path / "written.duckdb", tmp_path / "v5.duckdb"
     recs = example_batch()
-    views = ("workload_states", "current_workloads", "status_intervals", "consumer_offsets")
     with Warehouse(written) as wh:
         wh.write(recs[:40], offsets={("t", 0): 40})
         cur = wh.cursor()
-        expected = {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in views}
+        expected = contents(cur, MIGRATED)
         columns = [d[0] for d in cur.execute("SELECT * FROM workload_states LIMIT 0").description]
     assert all(expected.values()) and columns.index("components") == len(columns) - 2
     at_version(5, old, written).close()
     with Warehouse(old) as wh:
         assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 6
         cur = wh.cursor()
-        assert {t: sorted(map(str, cur.execute(f"SELECT * FROM {t}").fetchall())) for t in views} == expected
+        assert contents(cur, MIGRATED) == expected
         assert [d[0] for d in cur.execute("SELECT * FROM workload_states LIMIT 0").description] == columns
         assert_components_virtual(cur)
         assert record_compressions(cur) == {"ZSTD"}
