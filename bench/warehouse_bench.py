@@ -153,7 +153,8 @@ def seed_history(path: str, rows: int, live: int = LIVE, k: int = STATES_PER_WOR
             FROM ({base})""")
         # One interval per state (each one changes status), closed by the next; the Deleted ones
         # stay open in interval_history, the live workloads' last ones are in workload_current.
-        c.execute(f"""INSERT INTO interval_history
+        c.execute(f"""INSERT INTO interval_history (cluster, uid, api_version, kind, namespace, name, definition,
+                framework, status, valid_from, valid_to, pods, gpus, cpu, memory, gpu_resources, from_seq)
             SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status, observed_at,
                    lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq), pods, gpus, cpu, memory,
                    gpu_resources, seq
@@ -171,6 +172,8 @@ def seed_history(path: str, rows: int, live: int = LIVE, k: int = STATES_PER_WOR
                    lag(status) OVER (PARTITION BY cluster, uid ORDER BY seq), status, observed_at, gpus, 3.0
             FROM state_history""")
         c.execute("CHECKPOINT")
+    with Warehouse(path) as wh:  # the daily rollup as the writer keeps it (warehouse/rolling.py)
+        wh.roll_up()
     return workloads
 
 

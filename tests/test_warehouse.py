@@ -148,7 +148,8 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
     for statement in ("DROP VIEW workload_states", "ALTER TABLE state_history RENAME TO workload_states",
                       "ALTER TABLE workload_states ADD COLUMN components JSON",
                       "DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
-                      "DROP TABLE workload_current", "DROP TABLE deleted_workloads",
+                      "DROP TABLE workload_current", "DROP TABLE deleted_workloads", "DROP TABLE usage_workloads",
+                      "DROP TABLE daily_usage", "DROP TABLE usage_rollup",
                       "ALTER TABLE v2_intervals RENAME TO status_intervals",
                       schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version >= 3"):
         conn.execute(statement)
@@ -190,7 +191,7 @@ def test_migrate_v3_to_v4_computes_components_from_the_record(tmp_path):
     conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
     for table in ("workload_states", "workload_current", "interval_history", "deleted_workloads", "transitions",
                   "consumer_offsets"):  # the version-3 layout: components stored, in their column's place
-        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+        copy_columns(conn, table)
     assert conn.execute("SELECT count(*) FROM workload_states WHERE components IS NOT NULL").fetchone()[0] > 0
     conn.execute("DETACH w")
     conn.close()
@@ -226,6 +227,15 @@ def record_compressions(cur, table: str = "state_history") -> set[str]:
         "WHERE column_name = 'record' AND segment_type <> 'VALIDITY'").fetchall()}
 
 
+def copy_columns(conn, table: str) -> None:
+    """Copy `table` from the attached file `w` into this older layout: the columns this layout has
+    (later versions added some, e.g. version 7's rollup bookkeeping)."""
+    columns = [c for (c,) in conn.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND table_name = ? "
+        "ORDER BY column_index", [table]).fetchall()]
+    conn.execute(f"INSERT INTO {table} SELECT {', '.join(columns)} FROM w.{table}")
+
+
 def at_version(version: int, path, written) -> duckdb.DuckDBPyConnection:
     """A file at schema `version` (4 or later: workload_states a table) holding the rows of `written`."""
     conn = duckdb.connect(str(path))
@@ -233,7 +243,7 @@ def at_version(version: int, path, written) -> duckdb.DuckDBPyConnection:
     conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
     conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
     for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
-        conn.execute(f"INSERT INTO {table} SELECT * FROM w.{table}")
+        copy_columns(conn, table)
     conn.execute("DETACH w")
     conn.execute("CHECKPOINT")
     return conn

@@ -30,7 +30,7 @@ Which statuses consume (the billing rule):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, time, timedelta, timezone
 from functools import cached_property
 
 import pyarrow as pa
@@ -169,8 +169,13 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
         raise ValueError("step must be positive")
     columns = row_columns(by)
     by_workload = "workload" in columns
+    query = "cost_report"
+    if by_workload:  # by UTC day, billing the statuses the writer rolls up: from its daily rollup
+        daily = (step == timedelta(days=1) and since == datetime.combine(since.date(), time(), timezone.utc)
+                 and set(statuses) in (set(CONSUMING), set(CONSUMING + STARTING)))
+        query = "cost_by_workload_daily" if daily else "cost_by_workload"
     table = run_query_arrow(
-        conn, "cost_by_workload" if by_workload else "cost_report", since=since, until=until,
+        conn, query, since=since, until=until,
         as_of=None if as_of is None else _utc(as_of), step=step, statuses=list(statuses), by=list(columns),
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),

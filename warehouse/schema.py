@@ -78,6 +78,17 @@ table is rebuilt (one copy of the history, one transaction), as in version 4.
 Version 6 keeps the states in the table ``state_history`` (the writer's, append-only) and makes
 ``workload_states`` a view over it with the same columns, ``components`` computed there: DuckDB
 evaluated the virtual column at every insert.
+
+Version 7 keeps a daily rollup of usage for the cost reports (``warehouse/rolling.py``):
+``daily_usage`` (per UTC day, workload, class of status (``starting``: Initializing and Resuming,
+else Running and Degraded) and GPU resource: GPU-, CPU core- and memory GiB-seconds; ``shared``
+when its (day, workload) has other rows of its class, ``shared_across`` when it has rows of the
+other class), ``usage_workloads`` (the
+rolled-up workloads' numbers, ``workload``, and identity) and ``usage_rollup`` (one row: the
+``rolled_seq`` up to which the closed intervals are rolled up, and the ``horizon`` up to which the
+open ones are).  ``interval_history.appended_seq`` is the writer's seq when it appended the interval
+(0 before version 7); ``rolled_to`` (on ``interval_history`` and ``workload_current``) is where the
+rollup of an interval that was open stops: its days before that instant are in ``daily_usage``.
 """
 
 from __future__ import annotations
@@ -266,6 +277,37 @@ SELECT s.* FROM workload_states s SEMI JOIN workload_current c ON s.seq = c.seq"
         "ALTER TABLE workload_states RENAME TO state_history",
         f"""CREATE VIEW workload_states AS
 SELECT * EXCLUDE (record), {COMPONENTS_OF_RECORD} AS components, record FROM state_history""",
+    )),
+    # The daily rollup (warehouse/rolling.py): a year of daily cost by workload is millions of rows,
+    # and computing them from the intervals at every report costs seconds; the rollup keeps each
+    # day's usage per workload, so a report reads it.  New columns say what is rolled up already.
+    Migration(7, "daily usage rollup for cost reports: daily_usage, usage_workloads, usage_rollup", (
+        "ALTER TABLE interval_history ADD COLUMN appended_seq BIGINT DEFAULT 0",
+        "ALTER TABLE interval_history ADD COLUMN rolled_to TIMESTAMPTZ",
+        "ALTER TABLE workload_current ADD COLUMN rolled_to TIMESTAMPTZ",
+        """CREATE TABLE usage_workloads (
+    workload         INTEGER NOT NULL,
+    cluster          VARCHAR NOT NULL,
+    uid              VARCHAR NOT NULL,
+    namespace        VARCHAR,
+    framework        VARCHAR,
+    kind             VARCHAR,
+    name             VARCHAR,
+    PRIMARY KEY (cluster, uid)
+)""",
+        """CREATE TABLE daily_usage (
+    day              DATE NOT NULL,
+    workload         INTEGER NOT NULL,
+    starting         BOOLEAN NOT NULL,
+    resource         VARCHAR,
+    gpu_seconds      DOUBLE NOT NULL,
+    cpu_seconds      DOUBLE NOT NULL,
+    memory_gib_seconds DOUBLE NOT NULL,
+    shared           BOOLEAN NOT NULL,
+    shared_across    BOOLEAN NOT NULL
+)""",
+        "CREATE TABLE usage_rollup (rolled_seq BIGINT NOT NULL, horizon TIMESTAMPTZ)",
+        "INSERT INTO usage_rollup VALUES (-1, NULL)",
     )),
 )
 

@@ -45,6 +45,7 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
     DEADLETTER_TOPIC, DELETED, EVENT_TYPES, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
+from workloadmap.warehouse import rolling
 from workloadmap.warehouse.deletions import DeletedWorkloads
 from workloadmap.warehouse.schema import migrate
 
@@ -353,7 +354,7 @@ _DEMAND = "pods, gpus, cpu, memory, gpu_resources"
 # few hundred rows, more than the whole loop.
 
 _CURRENT_COLUMNS = (f"cluster, uid, seq, epoch_us(observed_at), version_key, api_version, kind, namespace, name, "
-                    f"definition, framework, status, epoch_us(valid_from), {_DEMAND}, from_seq")
+                    f"definition, framework, status, epoch_us(valid_from), {_DEMAND}, from_seq, epoch_us(rolled_to)")
 _CURRENT_OF_BATCH = f"""
 SELECT {_CURRENT_COLUMNS} FROM workload_current c
 WHERE EXISTS (SELECT 1 FROM wm_keys k WHERE k.cluster = c.cluster AND k.uid = c.uid)
@@ -412,12 +413,14 @@ def workload_key(cluster: str, uid: str) -> int:
 
 # Row indexes of check_record's tuples.
 _C, _U, _VK, _OBS, _DEL, _ST, _PODS = 0, 1, 9, 13, 15, 16, 18
+_ROLLED_TO = 19  # of a workload_current row (_CURRENT_COLUMNS)
 _IDENT_SCHEMA = pa.schema([f for f in _STATE_SCHEMA if f.name in
                            ("cluster", "uid", "api_version", "kind", "namespace", "name", "definition", "framework")])
 _INTERVAL_SCHEMA = pa.schema(list(_IDENT_SCHEMA) + [
     ("status", pa.string()), ("valid_from", pa.timestamp("us", tz="UTC")), ("valid_to", pa.timestamp("us", tz="UTC")),
     ("pods", pa.int32()), ("gpus", pa.float64()), ("cpu", pa.float64()), ("memory", pa.int64()),
-    ("gpu_resources", pa.map_(pa.string(), pa.float64())), ("from_seq", pa.int64())])
+    ("gpu_resources", pa.map_(pa.string(), pa.float64())), ("from_seq", pa.int64()),
+    ("rolled_to", pa.timestamp("us", tz="UTC"))])
 _CURRENT_SCHEMA = pa.schema([("seq", pa.int64()), ("observed_at", pa.timestamp("us", tz="UTC")),
                              ("version_key", pa.string())] + list(_INTERVAL_SCHEMA))
 _KEY_SCHEMA = pa.schema([("cluster", pa.string()), ("uid", pa.string())])
@@ -442,7 +445,8 @@ _TIME_SEQ = operator.itemgetter(0, 1)
 
 
 def _intervals(steps: list[tuple]) -> list[list]:
-    """Interval starts of one workload's steps, each step (t, seq, is_anchor, ident, status, demand, vk).
+    """Interval starts of one workload's steps, each step (t, seq, is_anchor, ident, status, demand, vk,
+    rolled_to).
 
     A start is the first step and every step whose status or demand differs from the previous one;
     it lasts until the next start.  Returns [start step, valid_to] pairs.
@@ -507,6 +511,10 @@ class Warehouse:
         self.conn.execute("SET max_vacuum_tasks = 0")
         migrate(self.conn)
         self._next_seq = self.conn.execute("SELECT coalesce(max(seq), 0) FROM state_history").fetchone()[0]
+        # The daily rollup (rolling.py): how far it is, and the latest observed_at seen (its horizon).
+        self._rolled_seq, self._horizon = self.conn.execute(rolling.STATE).fetchone()
+        self._latest_observed = self.conn.execute(
+            "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
         self._lock = threading.Lock()
 
@@ -546,9 +554,30 @@ class Warehouse:
         """``write`` for rows already validated by check_records / check_transition (the Kafka path)."""
         with self._lock, _no_cyclic_collection():
             result = self._write(state_rows, texts, transition_rows, offsets or {}, texts_are_json)
+            if self._next_seq - self._rolled_seq >= rolling.ROLL_UP_STATES:
+                self._roll_up()
             if self._wal_bytes() >= CHECKPOINT_WAL_BYTES:
                 self._checkpoint()
             return result
+
+    def roll_up(self) -> int:
+        """Bring the daily rollup (rolling.py) up to date now; returns the rows added.  The writer also
+        does it every rolling.ROLL_UP_STATES states, before a snapshot and when it closes."""
+        with self._lock:
+            return self._roll_up()
+
+    def _roll_up(self) -> int:
+        conn = self.conn
+        horizon = rolling.horizon_of(self._latest_observed, self._horizon)
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            added = rolling.roll_up(conn, from_seq=self._rolled_seq, to_seq=self._next_seq, horizon_us=horizon)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._rolled_seq, self._horizon = self._next_seq, horizon
+        return added
 
     def _wal_bytes(self) -> int:
         try:
@@ -663,8 +692,8 @@ class Warehouse:
             if c is not None:
                 if r[_VK] == c[4] and not r[_DEL]:
                     continue  # the workload's current state again
-                if r[_OBS] < c[3]:
-                    slow.append(i)  # older than the workload's latest state
+                if r[_OBS] < c[3] or (c[_ROLLED_TO] is not None and r[_OBS] < c[_ROLLED_TO]):
+                    slow.append(i)  # older than the workload's latest state, or inside its rolled-up days
                     continue
             elif (r[_C], r[_U]) in deleted_before:
                 slow.append(i)
@@ -691,29 +720,31 @@ class Warehouse:
         cols["seq"] = pa.array(range(seq0 + 1, seq0 + 1 + len(new)), type=pa.int64())
         conn.register("wm_new_states", pa.table(cols))
         # Each touched workload's steps: its open interval (the anchor) and its new states; all its
-        # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key),
-        # demand as in a row: (pods, gpus, cpu, memory, [(GPU resource, count), ...]).
+        # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key,
+        # rolled_to), demand as in a row: (pods, gpus, cpu, memory, [(GPU resource, count), ...]);
+        # rolled_to: the anchor's (where the daily rollup of its interval stops), None for the others.
         steps: dict[tuple, list] = {}
         if rebuild:
             conn.register("wm_rebuild", pa.table(_columns(sorted(rebuild), _KEY_SCHEMA)))
             for h in conn.execute(_HISTORY_OF).fetchall():
                 steps.setdefault((h[0], h[1]), []).append(
-                    (h[9], h[10], False, h[:8], h[8], (*h[12:16], _gpu_map(h[16])), h[11]))
+                    (h[9], h[10], False, h[:8], h[8], (*h[12:16], _gpu_map(h[16])), h[11], None))
             conn.execute(_DELETE_REBUILT).fetchall()
+            conn.execute(rolling.DROP_ROLLED).fetchall()
         for seq, i in enumerate(new, start=seq0 + 1):
             r = rows[i]
-            steps.setdefault((r[_C], r[_U]), []).append((r[_OBS], seq, False, r[:8], r[_ST], r[_PODS:], r[_VK]))
+            steps.setdefault((r[_C], r[_U]), []).append((r[_OBS], seq, False, r[:8], r[_ST], r[_PODS:], r[_VK], None))
         for key, c in current.items():
             if key in steps and key not in rebuild:
                 steps[key].append((c[12], c[18], True, (c[0], c[1], *c[5:11]), c[11],
-                                   (*c[13:17], _gpu_map(c[17])), c[4]))
+                                   (*c[13:17], _gpu_map(c[17])), c[4], c[_ROLLED_TO]))
         closed, latest_rows, deleted_keys, opened = [], [], [], 0
         for key, workload_steps in steps.items():
             starts = _intervals(workload_steps)  # sorts the steps by (t, seq)
             latest = workload_steps[-1]
-            for (t, seq, is_anchor, ident, status, demand, _), valid_to in starts:
+            for (t, seq, is_anchor, ident, status, demand, _, rolled_to), valid_to in starts:
                 opened += not is_anchor
-                row = (*ident, status, t, valid_to, *demand, seq)
+                row = (*ident, status, t, valid_to, *demand, seq, rolled_to)
                 if valid_to is not None or status == DELETED:
                     closed.append(row)  # no longer changes (a final Deleted interval stays open)
                 else:
@@ -723,9 +754,13 @@ class Warehouse:
         result.intervals_opened = opened
         conn.execute(_INSERT_STATES).fetchall()
         self._next_seq = seq0 + len(new)
+        latest_observed = max(rows[i][_OBS] for i in new)
+        if self._latest_observed is None or latest_observed > self._latest_observed:
+            self._latest_observed = latest_observed
         if closed:
             conn.register("wm_intervals", pa.table(_columns(closed, _INTERVAL_SCHEMA)))
-            conn.execute("INSERT INTO interval_history BY NAME SELECT * FROM wm_intervals").fetchall()
+            conn.execute("INSERT INTO interval_history BY NAME SELECT *, $seq AS appended_seq FROM wm_intervals",
+                         {"seq": self._next_seq}).fetchall()
         touched = [k for k in steps if k in current or k in rebuild]
         if touched:
             conn.register("wm_touched", pa.table(_columns(touched, _KEY_SCHEMA)))
@@ -776,6 +811,7 @@ class Warehouse:
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
         tmp.unlink(missing_ok=True)
         with self._lock:
+            self._roll_up()  # readers get the rollup up to date
             self.conn.execute("ATTACH ? AS snapshot_copy", [str(tmp)])
             try:
                 name = self.conn.execute("SELECT current_database()").fetchone()[0]
@@ -786,8 +822,13 @@ class Warehouse:
         return dest
 
     def close(self) -> None:
+        """Roll up what is new (readers of the stopped file get the rollup up to date) and close."""
         with self._lock:
-            self.conn.close()
+            try:
+                if self._next_seq > self._rolled_seq:
+                    self._roll_up()
+            finally:
+                self.conn.close()
 
     def __enter__(self) -> "Warehouse":
         return self

@@ -1,0 +1,240 @@
+"""The writer's daily rollup (warehouse/rolling.py) and the report that reads it (cost_by_workload_daily.sql).
+
+The rollup must never change a report: whenever the passes happen, and whatever arrives late, the
+daily report by workload read from it gives the rows of the plan that computes them from the
+intervals (cost_by_workload.sql, itself checked against a reference in test_cost.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from workloadmap.catalog import records
+from workloadmap.warehouse import costing, rolling
+from workloadmap.warehouse.costing import cost_report
+from workloadmap.warehouse.pricing import parse_pricing
+from workloadmap.warehouse.querying import run_query_arrow
+from workloadmap.warehouse.writing import Warehouse
+
+UTC = timezone.utc
+GiB = 2**30
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+# Demands: (gpus, gpu_resources, cores, GiB); an empty map with GPUs counts them as 'unspecified';
+# odd/x has no price; one demand holds two resources; one holds no GPU.
+DEMANDS = ((4, {"nvidia.com/gpu": 4}, 8, 32), (8, {"nvidia.com/gpu": 8}, 16, 64), (2, {"nvidia.com/mig-1g.10gb": 2}, 2, 8),
+           (3, {"nvidia.com/gpu": 1, "amd.com/gpu": 2}, 4, 16), (2, {}, 1, 4), (1, {"odd/x": 1}, 0.5, 2),
+           (0, {}, 2, 8), (2, {"amd.com/gpu": 2}, 0, 0))
+PRICING = {"default": {"gpu": {"nvidia.com/gpu": 2.5, "nvidia.com/mig-*": 0.75, "amd.com/gpu": 2.1,
+                               "unspecified": 1.3}, "cpu": 0.03, "memory": 0.004},
+           "clusters": {"c2": {"gpu": {"nvidia.com/gpu": 3.1}, "cpu": 0.05}}}
+
+
+def record(w: int, cluster: str, at: datetime, status: str, demand: int, version: int, *, deleted=False) -> dict:
+    gpus, gmap, cpu, gib = DEMANDS[demand]
+    return {
+        "cluster": cluster, "uid": f"uid-{w}", "apiVersion": "ray.io/v1", "kind": ("RayJob", "JobSet")[w % 2],
+        "namespace": f"team-{w % 3}", "name": f"job-{w}", "definition": "d", "framework": ("Ray", "JobSet")[w % 2],
+        "resourceVersion": str(version), "observedAt": at.isoformat().replace("+00:00", "Z"),
+        "eventType": "DELETED" if deleted else "MODIFIED", "deleted": deleted,
+        "status": records.DELETED if deleted else status,
+        "total": {"pods": 1, "gpu": gpus, "cpu": cpu, "memory": int(gib * GiB), "gpuResources": dict(gmap)},
+    }
+
+
+def history(workloads) -> list[dict]:
+    """The records of the generated workloads, in the order of their instants."""
+    out, version = [], 1000
+    for w, (cluster, steps, deleted) in enumerate(workloads):
+        at = T0 + timedelta(seconds=7 * w)
+        for delta, status, demand in steps:
+            at += timedelta(seconds=delta)
+            version += 1
+            out.append(record(w, cluster, at, status, demand, version))
+        if deleted:
+            out.append(record(w, cluster, at + timedelta(hours=3), "Running", steps[-1][2], version + 1, deleted=True))
+            version += 1
+    return sorted(out, key=lambda r: r["observedAt"])
+
+
+def both_plans(conn, **params):
+    """The daily report by workload read from the rollup, and computed from the intervals."""
+    daily = costing._workload_rows(run_query_arrow(conn, "cost_by_workload_daily", **params)).to_pylist()
+    plan = costing._workload_rows(run_query_arrow(conn, "cost_by_workload", **params)).to_pylist()
+    return daily, plan
+
+
+NUMBERS = ("gpu_hours", "cpu_core_hours", "memory_gib_hours", "gpu_cost", "cpu_cost", "memory_cost", "cost")
+CLOSE = dict(rel=1e-9, abs=1e-9)
+
+
+def assert_same_rows(daily, plan):
+    key = ("period_start", "period_end", "cluster", "namespace", "framework", "uid", "kind", "name")
+    assert [tuple(r[k] for k in key) for r in daily] == [tuple(r[k] for k in key) for r in plan]
+    for d, p in zip(daily, plan):
+        assert [d[k] is None for k in NUMBERS] == [p[k] is None for k in NUMBERS]
+        assert [d[k] for k in NUMBERS if p[k] is not None] == pytest.approx([p[k] for k in NUMBERS if p[k] is not None],
+                                                                             **CLOSE)
+        assert dict(d["gpu_hours_by_resource"]) == pytest.approx(dict(p["gpu_hours_by_resource"]), **CLOSE)
+        assert (d["unpriced"] is None) == (p["unpriced"] is None)
+        assert {(e["cluster"], e["resource"]): e["hours"] for e in d["unpriced"] or []} == pytest.approx(
+            {(e["cluster"], e["resource"]): e["hours"] for e in p["unpriced"] or []}, **CLOSE)
+
+
+_workload = st.tuples(
+    st.sampled_from(("c1", "c2")),
+    st.lists(st.tuples(st.integers(0, 40 * 3600),  # seconds after the previous state
+                       st.sampled_from(("Running", "Running", "Degraded", "Initializing", "Suspended", "Completed")),
+                       st.integers(0, len(DEMANDS) - 1)), min_size=1, max_size=7),
+    st.booleans())  # deleted at the end
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(workloads=st.lists(_workload, min_size=1, max_size=5), data=st.data(),
+       since_d=st.integers(0, 5), span_h=st.integers(1, 200), as_of_h=st.integers(0, 320), priced=st.booleans(),
+       by=st.sampled_from((("workload",), ("namespace", "workload"), ("workload", "cluster"))),
+       starting=st.booleans(), namespaces=st.sampled_from((None, ["team-0", "team-2"])))
+def test_the_daily_report_from_the_rollup_is_the_plan_s(tmp_path_factory, workloads, data, since_d, span_h, as_of_h,
+                                                        priced, by, starting, namespaces):
+    """Written in batches with passes of the rollup between any of them (open intervals rolled up to a
+    horizon a day behind), records delivered late (older than their workload's latest state, or inside
+    its rolled-up days: the exact path drops its rollup rows), windows whose end is not at midnight, an
+    as_of before the rolled-up days: the rows read from the rollup are the plan's."""
+    recs = history(workloads)
+    late = data.draw(st.lists(st.integers(0, len(recs) - 1), max_size=2, unique=True), label="late")
+    on_time = [r for i, r in enumerate(recs) if i not in late]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(on_time)), max_size=4), label="cuts"))
+    batches = [on_time[a:b] for a, b in zip([0, *cuts], [*cuts, len(on_time)])] + [[recs[i] for i in late]]
+    passes = data.draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)), label="passes")
+    with Warehouse(tmp_path_factory.mktemp("rolling") / "w.duckdb") as wh:
+        for batch, roll in zip(batches, passes):
+            if batch:
+                wh.write(batch)
+            if roll:
+                wh.roll_up()
+        conn = wh.cursor()
+        conn.execute("SET TimeZone = 'UTC'")
+        since = T0 + since_d * DAY
+        until = since + timedelta(hours=span_h)
+        pricing = parse_pricing(PRICING) if priced else None
+        daily, plan = both_plans(
+            conn, since=since, until=until, as_of=T0 + timedelta(hours=as_of_h), step=DAY,
+            statuses=list(costing.consuming_statuses(starting)), by=list(costing.row_columns(by)),
+            namespaces=namespaces, gpu_prices=None if pricing is None else pricing.gpu_rules(),
+            rates=None if pricing is None else pricing.rate_rows())
+    assert_same_rows(daily, plan)
+
+
+def test_a_pass_rolls_up_closed_intervals_and_open_ones_to_the_horizon(tmp_path):
+    """Hand-computed: 8 GPUs Running from 11-01 12:00, scaled to 4 at 11-03 06:00, still running when a
+    record of 11-05 10:00 comes (the horizon: 11-04 00:00)."""
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([record(0, "c1", T0 + timedelta(hours=12), "Running", 1, 1),
+                  record(0, "c1", T0 + timedelta(days=2, hours=6), "Running", 0, 2),
+                  record(1, "c2", T0 + timedelta(days=4, hours=10), "Running", 6, 3)])
+        cur = wh.cursor()
+        assert cur.execute("SELECT count(*) FROM daily_usage").fetchone()[0] == 0
+        wh.roll_up()
+        rows = cur.execute("""SELECT day, w.uid, starting, resource, gpu_seconds / 3600, cpu_seconds / 3600,
+                                     memory_gib_seconds / 3600, shared
+                              FROM daily_usage JOIN usage_workloads w USING (workload) ORDER BY uid, day""").fetchall()
+        d = [(T0 + n * DAY).date() for n in range(4)]
+        assert rows == [
+            (d[0], "uid-0", False, "nvidia.com/gpu", 8 * 12, 16 * 12, 64 * 12, False),
+            (d[1], "uid-0", False, "nvidia.com/gpu", 8 * 24, 16 * 24, 64 * 24, False),
+            # the closed interval's 6 hours and the open one's 18: one (day, workload, class, resource)
+            (d[2], "uid-0", False, "nvidia.com/gpu", 8 * 6 + 4 * 18, 16 * 6 + 8 * 18, 64 * 6 + 32 * 18, False),
+        ]
+        horizon = T0 + 3 * DAY
+        assert cur.execute("SELECT uid, rolled_to FROM workload_current ORDER BY uid").fetchall() == [
+            ("uid-0", horizon), ("uid-1", None)]  # uid-1 started after the horizon
+        assert cur.execute("SELECT rolled_seq, horizon FROM usage_rollup").fetchall() == [(3, horizon)]
+        # The open interval closes after the horizon: the next pass rolls up its part from the horizon on,
+        # into a day that already has a row (shared from then on).
+        wh.write([record(0, "c1", T0 + timedelta(days=3, hours=2), "Suspended", 0, 4)])
+        assert cur.execute("SELECT valid_from, valid_to, rolled_to FROM interval_history WHERE uid = 'uid-0' "
+                           "ORDER BY valid_from").fetchall() == [
+            (T0 + timedelta(hours=12), T0 + timedelta(days=2, hours=6), None),
+            (T0 + timedelta(days=2, hours=6), T0 + timedelta(days=3, hours=2), horizon)]
+        wh.roll_up()
+        assert cur.execute("SELECT day, gpu_seconds / 3600, shared FROM daily_usage JOIN usage_workloads USING (workload) "
+                           "WHERE uid = 'uid-0' AND day >= ? ORDER BY day", [d[3]]).fetchall() == [(d[3], 4 * 2, False)]
+
+
+def test_a_record_inside_the_rolled_up_days_rebuilds_the_workload(tmp_path):
+    """A record observed before its workload's rolled_to (later than the horizon's one-day lag) goes to the
+    exact path: the workload's intervals are rebuilt, its rollup rows dropped; the report stays the plan's."""
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([record(0, "c1", T0 + timedelta(hours=1), "Running", 1, 1),
+                  record(1, "c1", T0 + timedelta(days=6), "Running", 0, 2)])
+        wh.roll_up()
+        cur = wh.cursor()
+        assert cur.execute("SELECT rolled_to FROM workload_current WHERE uid = 'uid-0'").fetchone()[0] == T0 + 5 * DAY
+        rolled = cur.execute("SELECT count(*) FROM daily_usage JOIN usage_workloads USING (workload) "
+                             "WHERE uid = 'uid-0'").fetchone()[0]
+        assert rolled == 5
+        # uid-0 was suspended on 11-03 at noon: we learn it only now.
+        wh.write([record(0, "c1", T0 + timedelta(days=2, hours=12), "Suspended", 1, 3)])
+        assert cur.execute("SELECT count(*) FROM daily_usage JOIN usage_workloads USING (workload) "
+                           "WHERE uid = 'uid-0'").fetchone()[0] == 0
+        assert cur.execute("SELECT valid_to, rolled_to FROM interval_history WHERE uid = 'uid-0'").fetchall() == [
+            (T0 + timedelta(days=2, hours=12), None)]
+        params = dict(since=T0, until=T0 + 7 * DAY, as_of=T0 + 7 * DAY, step=DAY, statuses=["Running", "Degraded"],
+                      by=list(costing.row_columns(("workload",))))
+        for _ in range(2):  # before and after the next pass
+            daily, plan = both_plans(cur, **params)
+            assert_same_rows(daily, plan)
+            assert sum(r["gpu_hours"] for r in daily if r["uid"] == "uid-0") == pytest.approx(8 * (2 * 24 + 11))
+            wh.roll_up()
+
+
+def test_cost_report_reads_the_rollup_for_utc_days_in_rolled_up_statuses(tmp_path, monkeypatch):
+    names = []
+    real = costing.run_query_arrow
+    monkeypatch.setattr(costing, "run_query_arrow", lambda conn, name, **kw: names.append(name) or real(conn, name, **kw))
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([record(0, "c1", T0 + timedelta(hours=1), "Running", 1, 1)])
+        conn = wh.cursor()
+        cost_report(conn, T0, T0 + 3 * DAY, by=("workload",), step=DAY)
+        cost_report(conn, T0, T0 + 3 * DAY, by=("workload",), step=DAY, statuses=costing.consuming_statuses(True))
+        cost_report(conn, T0 + timedelta(hours=1), T0 + 3 * DAY, by=("workload",), step=DAY)  # not at midnight
+        cost_report(conn, T0, T0 + 3 * DAY, by=("workload",), step=timedelta(hours=6))
+        cost_report(conn, T0, T0 + 3 * DAY, by=("workload",), step=DAY, statuses=("Running", "Completed"))
+        cost_report(conn, T0, T0 + 3 * DAY, by=("namespace",), step=DAY)
+    assert names == ["cost_by_workload_daily", "cost_by_workload_daily", "cost_by_workload", "cost_by_workload",
+                     "cost_by_workload", "cost_report"]
+
+
+def test_the_writer_rolls_up_every_so_many_states_before_a_snapshot_and_when_it_closes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rolling, "ROLL_UP_STATES", 3)
+    path = tmp_path / "w.duckdb"
+    recs = [record(w, "c1", T0 + timedelta(hours=w), "Running", 0, w + 1) for w in range(5)]
+    with Warehouse(path) as wh:
+        cur = wh.cursor()
+        wh.write(recs[:1])
+        assert cur.execute("SELECT rolled_seq FROM usage_rollup").fetchone()[0] == -1  # none yet (a new file)
+        wh.write(recs[1:2])  # 3 past the last pass (-1)
+        assert cur.execute("SELECT rolled_seq FROM usage_rollup").fetchone()[0] == 2
+        wh.write(recs[2:3])
+        assert cur.execute("SELECT rolled_seq FROM usage_rollup").fetchone()[0] == 2
+        wh.snapshot(tmp_path / "snap.duckdb")
+        assert cur.execute("SELECT rolled_seq FROM usage_rollup").fetchone()[0] == 3
+        wh.write(recs[3:])
+    with Warehouse(path) as wh:
+        assert wh.cursor().execute("SELECT rolled_seq FROM usage_rollup").fetchone()[0] == 5
+
+
+def test_the_daily_query_refuses_what_the_rollup_cannot_answer(tmp_path):
+    from workloadmap.warehouse.querying import QueryError
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        conn = wh.cursor()
+        base = dict(since=T0, until=T0 + DAY, step=DAY, by=["cluster", "namespace", "framework", "workload"])
+        with pytest.raises(QueryError, match="00:00 UTC"):
+            run_query_arrow(conn, "cost_by_workload_daily", **{**base, "since": T0 + timedelta(hours=1)})
+        with pytest.raises(QueryError, match="Running and Degraded, with or without"):
+            run_query_arrow(conn, "cost_by_workload_daily", **base, statuses=["Running", "Completed"])

@@ -1,0 +1,193 @@
+-- Resource-hours and their cost per UTC day and workload, from the daily rollup: cost_by_workload.sql's rows.
+--
+-- The report of cost_by_workload.sql (same rows, same order, same columns) when the periods are
+-- UTC days: $since at 00:00 UTC, $step one day, $statuses Running and Degraded, with or without
+-- Initializing and Resuming (the classes of status the rollup keeps).  warehouse/costing.py runs it then, instead of the plan
+-- that clips every interval: a year of days is millions of rows, and the writer keeps each day's
+-- usage per workload in daily_usage (warehouse/rolling.py), so most rows are read, priced and
+-- sorted as they are, in the table's day order.
+-- What the rollup does not hold is computed from the intervals, as cost_by_workload.sql does:
+-- the intervals appended since the last pass, the open intervals after their rolled_to, and
+-- every interval's part from the cut on.  The cut is the first UTC midnight at or after which
+-- the rollup is not used: the day of $until (a last, partial period) or of $as_of (open intervals
+-- end there, and the rollup may hold their days after it), whichever is earlier.
+-- Rows of a (day, workload) that has several (daily_usage.shared: other GPU resources, passes;
+-- shared_across: the other class, when both are billed; or days also computed here) are summed;
+-- the others are taken as they are.
+-- Rows: as cost_by_workload.sql: first the report's rows, in order:
+--   period_start, period_end, wid, gpu_hours, resource, entries, cpu_core_hours, memory_gib_hours,
+--   gpu_cost, cpu_cost, memory_cost, cost, unpriced;
+-- then one row per workload (period_start NULL): wid, cluster, namespace, framework, uid, kind, name.
+-- Parameters: as in cost_by_workload.sql
+--   $since, $until  TIMESTAMPTZ, the window ($since at 00:00 UTC)
+--   $as_of          TIMESTAMPTZ, where open intervals end; NULL = now()
+--   $step           INTERVAL: one day
+--   $statuses       VARCHAR[], Running and Degraded (NULL: the same), or those and Initializing and Resuming
+--   $by             VARCHAR[], the group's columns, among them 'workload' (costing.row_columns)
+--   $clusters, $namespaces, $frameworks
+--                   VARCHAR[] filters, NULL = no filter
+--   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
+--   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
+WITH bounds AS (
+    SELECT since_s, until_s, as_of_s, floor(since_s / 86400)::BIGINT AS day0,
+           floor(least(until_s, as_of_s) / 86400)::BIGINT AS cut_day, rolled_seq, statuses,
+           list_has_any(statuses, ['Initializing', 'Resuming']) AS starting
+    FROM (SELECT epoch(CAST($since AS TIMESTAMPTZ)) AS since_s, epoch(CAST($until AS TIMESTAMPTZ)) AS until_s,
+                 epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now())) AS as_of_s,
+                 (SELECT rolled_seq FROM usage_rollup) AS rolled_seq,
+                 list_sort(list_distinct(coalesce(CAST($statuses AS VARCHAR[]), ['Running', 'Degraded']))) AS statuses)
+    WHERE CASE WHEN statuses NOT IN (['Degraded', 'Running'], ['Degraded', 'Initializing', 'Resuming', 'Running'])
+               THEN error('cost_by_workload_daily: the statuses must be Running and Degraded, with or without '
+                          || 'Initializing and Resuming (the rollup''s classes), not ' || statuses::VARCHAR)
+               ELSE true END
+      AND CASE WHEN since_s % 86400 <> 0 OR epoch(CAST($step AS INTERVAL)) <> 86400
+               THEN error('cost_by_workload_daily: $since must be at 00:00 UTC and $step one day') ELSE true END
+),
+live AS (  -- intervals, clipped: s0 .. s1 is what the rollup does not hold (r: where the rolled-up part ends)
+    SELECT i.*, greatest(epoch(i.valid_from), b.since_s, least(i.r, b.cut_day * 86400)) AS s0,
+           least(coalesce(epoch(i.valid_to), b.as_of_s), b.until_s) AS s1,
+           CASE WHEN cardinality(i.gpu_resources) > 0 THEN i.gpu_resources
+                WHEN i.gpus > 0 THEN MAP {'unspecified': i.gpus} END AS gpu_map
+    FROM (SELECT cluster, uid, namespace, framework, kind, name, status, valid_from, valid_to, gpus, cpu, memory,
+                 gpu_resources, epoch(coalesce(rolled_to, valid_from)) AS r
+          FROM interval_history  -- closed since the last pass: rolled up only while it was open
+          WHERE appended_seq > (SELECT rolled_seq FROM bounds)
+          UNION ALL
+          SELECT cluster, uid, namespace, framework, kind, name, status, valid_from, valid_to, gpus, cpu, memory,
+                 gpu_resources, epoch(valid_to)
+          FROM interval_history  -- rolled up whole: its part from the cut on
+          WHERE appended_seq <= (SELECT rolled_seq FROM bounds)
+            AND valid_to > to_timestamp((SELECT cut_day FROM bounds) * 86400)
+          UNION ALL
+          SELECT cluster, uid, namespace, framework, kind, name, status, valid_from, NULL, gpus, cpu, memory,
+                 gpu_resources, epoch(coalesce(rolled_to, valid_from))
+          FROM workload_current) i, bounds b
+    WHERE list_contains(b.statuses, i.status)
+      AND (i.gpus > 0 OR i.cpu > 0 OR i.memory > 0)
+      AND i.valid_from < CAST($until AS TIMESTAMPTZ)
+      AND (i.valid_to IS NULL OR i.valid_to > CAST($since AS TIMESTAMPTZ))
+      AND ($clusters IS NULL OR list_contains($clusters, i.cluster))
+      AND ($namespaces IS NULL OR list_contains($namespaces, i.namespace))
+      AND ($frameworks IS NULL OR list_contains($frameworks, i.framework))
+      AND greatest(epoch(i.valid_from), b.since_s, least(i.r, b.cut_day * 86400))
+          < least(coalesce(epoch(i.valid_to), b.as_of_s), b.until_s)
+),
+workloads AS (  -- the rolled-up workloads and those only here; wid: place in the order of $by's columns, then uid
+    SELECT (row_number() OVER (ORDER BY
+               coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               uid) - 1)::INTEGER AS wid,
+           dense_rank() OVER (ORDER BY cluster)::INTEGER AS cid, *
+    FROM (SELECT workload, cluster, uid, namespace, framework, kind, name FROM usage_workloads w
+          WHERE ($clusters IS NULL OR list_contains($clusters, w.cluster))
+            AND ($namespaces IS NULL OR list_contains($namespaces, w.namespace))
+            AND ($frameworks IS NULL OR list_contains($frameworks, w.framework))
+          UNION ALL
+          SELECT NULL, cluster, uid, any_value(namespace), any_value(framework), any_value(kind), any_value(name)
+          FROM live l WHERE NOT EXISTS (SELECT 1 FROM usage_workloads w WHERE w.cluster = l.cluster AND w.uid = l.uid)
+          GROUP BY cluster, uid)
+),
+live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU and memory on the first)
+    SELECT (t.d - b.day0)::INTEGER AS k, w.wid, w.cid, e.resource, x.secs * e.g AS gs,
+           CASE WHEN e.first THEN x.secs * l.cpu ELSE 0.0 END AS cs,
+           CASE WHEN e.first THEN x.secs * (l.memory / 1073741824.0) ELSE 0.0 END AS ms
+    FROM live l JOIN workloads w ON w.cluster = l.cluster AND w.uid = l.uid, bounds b,
+         LATERAL (SELECT unnest(coalesce(map_keys(l.gpu_map), [NULL])) AS resource,
+                         unnest(coalesce(map_values(l.gpu_map), [0.0])) AS g,
+                         unnest(range(1, coalesce(cardinality(l.gpu_map), 1)::BIGINT + 1)) = 1 AS first) e,
+         unnest(range(floor(l.s0 / 86400)::BIGINT, ceil(l.s1 / 86400)::BIGINT)) AS t(d),
+         LATERAL (SELECT least(l.s1, (t.d + 1) * 86400.0) - greatest(l.s0, t.d * 86400.0) AS secs) x
+),
+rolled AS NOT MATERIALIZED (  -- the rollup's rows of whole days before the cut; summed: shared, or also in live_usage
+    SELECT (u.day - DATE '1970-01-01' - b.day0)::INTEGER AS k, w.wid, w.cid, u.resource,
+           u.gpu_seconds AS gs, u.cpu_seconds AS cs, u.memory_gib_seconds AS ms,
+           u.shared OR (b.starting AND u.shared_across) AS shared
+    FROM daily_usage u JOIN workloads w ON w.workload = u.workload, bounds b
+    WHERE u.day >= DATE '1970-01-01' + b.day0::INTEGER AND u.day < DATE '1970-01-01' + b.cut_day::INTEGER
+      AND (b.starting OR NOT u.starting)
+),
+lone AS (  -- rows that are their (day, workload)'s only one
+    SELECT * EXCLUDE (shared) FROM rolled r
+    WHERE NOT r.shared AND NOT EXISTS (SELECT 1 FROM live_usage l WHERE l.k = r.k AND l.wid = r.wid)
+),
+several AS (
+    SELECT * EXCLUDE (shared) FROM rolled r
+    WHERE r.shared OR EXISTS (SELECT 1 FROM live_usage l WHERE l.k = r.k AND l.wid = r.wid)
+    UNION ALL
+    SELECT * FROM live_usage
+),
+summed AS (
+    SELECT k, wid, cid, sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, min(resource) AS resource,
+           min(resource) <> max(resource) AS mixed
+    FROM several GROUP BY k, wid, cid
+),
+clusters AS (SELECT DISTINCT cid, cluster FROM workloads),
+resources AS (SELECT DISTINCT resource FROM daily_usage  -- NULL among them: no GPU
+              UNION SELECT DISTINCT resource FROM live_usage),
+prices AS (  -- per (cluster, GPU resource): the rule of the lowest rank that matches (NULL: none), and the rates
+    SELECT c.cid, c.cluster, r.resource, arg_min(p.price, p.rank) AS price,
+           any_value(coalesce(own.r.cpu, dflt.r.cpu, 0.0)) AS cpu, any_value(coalesce(own.r.memory, dflt.r.memory, 0.0)) AS memory
+    FROM clusters c CROSS JOIN resources r
+    LEFT JOIN unnest(CAST($gpu_prices AS STRUCT(cluster VARCHAR, name VARCHAR, pattern VARCHAR, rank INTEGER, price DOUBLE)[])) AS t(p)
+      ON (p.cluster IS NULL OR p.cluster = c.cluster)
+     AND (CASE WHEN p.name IS NOT NULL THEN r.resource = p.name
+               WHEN p.pattern IS NOT NULL THEN r.resource GLOB p.pattern ELSE true END)
+    LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS own(r) ON own.r.cluster = c.cluster
+    LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS dflt(r) ON dflt.r.cluster IS NULL
+    GROUP BY c.cid, c.cluster, r.resource
+),
+mixed AS (  -- the map and unpriced hours of the (day, workload)s that hold several GPU resources, per resource
+    SELECT k, wid, list({'key': resource, 'value': hours}) AS entries,
+           list({'cluster': cluster, 'resource': resource, 'hours': hours}) FILTER (WHERE price IS NULL) AS unpriced,
+           sum(hours * coalesce(price, 0.0)) AS gpu_cost
+    FROM (SELECT s.k, s.wid, p.cluster, s.resource, any_value(p.price) AS price, sum(s.gs) / 3600.0 AS hours
+          FROM several s SEMI JOIN (SELECT k, wid FROM summed WHERE mixed) m ON m.k = s.k AND m.wid = s.wid
+          JOIN prices p ON p.cid = s.cid AND p.resource = s.resource
+          GROUP BY s.k, s.wid, p.cluster, s.resource)
+    GROUP BY k, wid
+),
+priced AS (  -- the rows priced: one resource, priced (or no pricing): its name; else the map as entries, with the unpriced hours
+    SELECT r.k, r.wid, r.gs / 3600.0 AS gpu_hours, r.cs / 3600.0 AS cpu_core_hours, r.ms / 3600.0 AS memory_gib_hours,
+           r.gs * coalesce(p.price, 0.0) / 3600.0 AS gpu_cost, r.cs * p.cpu / 3600.0 AS cpu_cost,
+           r.ms * p.memory / 3600.0 AS memory_cost,
+           CASE WHEN $gpu_prices IS NULL OR r.resource IS NULL OR p.price IS NOT NULL THEN r.resource END AS resource,
+           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
+                THEN [{'key': r.resource, 'value': r.gs / 3600.0}] END AS entries,
+           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
+                THEN [{'cluster': p.cluster, 'resource': r.resource, 'hours': r.gs / 3600.0}] END AS unpriced
+    FROM lone r JOIN prices p ON p.cid = r.cid AND p.resource IS NOT DISTINCT FROM r.resource
+    UNION ALL
+    SELECT r.k, r.wid, r.gs / 3600.0, r.cs / 3600.0, r.ms / 3600.0,
+           CASE WHEN r.mixed THEN m.gpu_cost ELSE r.gs * coalesce(p.price, 0.0) / 3600.0 END,
+           r.cs * p.cpu / 3600.0, r.ms * p.memory / 3600.0,
+           CASE WHEN NOT r.mixed AND ($gpu_prices IS NULL OR r.resource IS NULL OR p.price IS NOT NULL) THEN r.resource END,
+           CASE WHEN r.mixed THEN m.entries
+                WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
+                THEN [{'key': r.resource, 'value': r.gs / 3600.0}] END,
+           CASE WHEN r.mixed THEN m.unpriced
+                WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
+                THEN [{'cluster': p.cluster, 'resource': r.resource, 'hours': r.gs / 3600.0}] END
+    FROM summed r JOIN prices p ON p.cid = r.cid AND p.resource IS NOT DISTINCT FROM r.resource
+    LEFT JOIN mixed m ON r.mixed AND m.k = r.k AND m.wid = r.wid
+)
+SELECT to_timestamp(((SELECT day0 FROM bounds) + k) * 86400) AS period_start,
+       to_timestamp(least(((SELECT day0 FROM bounds) + k + 1) * 86400, (SELECT until_s FROM bounds))) AS period_end,
+       wid, gpu_hours, resource, entries, cpu_core_hours, memory_gib_hours,
+       CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost END AS gpu_cost,
+       CASE WHEN $gpu_prices IS NOT NULL THEN cpu_cost END AS cpu_cost,
+       CASE WHEN $gpu_prices IS NOT NULL THEN memory_cost END AS memory_cost,
+       CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END AS cost,
+       CASE WHEN $gpu_prices IS NOT NULL THEN unpriced END AS unpriced,
+       NULL AS cluster, NULL AS namespace, NULL AS framework, NULL AS uid, NULL AS kind, NULL AS name
+FROM (SELECT * FROM priced  -- the sort carries numbers, the resource name and the rare lists; the times are made after it
+      ORDER BY k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END, gpu_hours) DESC,
+               gpu_hours DESC, wid)
+UNION ALL
+SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cluster, namespace, framework, uid, kind, name
+FROM workloads
