@@ -128,8 +128,8 @@ summed AS (
     FROM several GROUP BY k, wid, cid
 ),
 clusters AS (SELECT DISTINCT cid, cluster FROM workloads),
-resources AS (SELECT DISTINCT resource FROM daily_usage  -- NULL among them: no GPU
-              UNION SELECT DISTINCT resource FROM live_usage),
+resources AS (SELECT NULL::VARCHAR AS resource  -- no GPU: every cluster's rates
+              UNION SELECT DISTINCT resource FROM daily_usage UNION SELECT DISTINCT resource FROM live_usage),
 prices AS (  -- per (cluster, GPU resource): the rule of the lowest rank that matches (NULL: none), and the rates
     SELECT c.cid, c.cluster, r.resource, arg_min(p.price, p.rank) AS price,
            any_value(coalesce(own.r.cpu, dflt.r.cpu, 0.0)) AS cpu, any_value(coalesce(own.r.memory, dflt.r.memory, 0.0)) AS memory
@@ -152,16 +152,28 @@ mixed AS (  -- the map and unpriced hours of the (day, workload)s that hold seve
           GROUP BY s.k, s.wid, p.cluster, s.resource)
     GROUP BY k, wid
 ),
+lookup AS (  -- the prices as lists, at (cid - 1) * (resources + 1) + the resource's place in names (0: none) + 1
+    SELECT list_sort(list(DISTINCT resource) FILTER (WHERE resource IS NOT NULL)) AS names,
+           list(cluster ORDER BY cid) FILTER (WHERE resource IS NULL) AS clusters
+    FROM prices
+),
+price_lists AS (
+    SELECT l.names, l.clusters, list(p.price ORDER BY p.cid, p.place) AS gpu, list(p.cpu ORDER BY p.cid, p.place) AS cpu,
+           list(p.memory ORDER BY p.cid, p.place) AS memory
+    FROM lookup l, (SELECT *, coalesce(list_position((SELECT names FROM lookup), resource), 0) AS place FROM prices) p
+    GROUP BY l.names, l.clusters
+),
 priced AS (  -- the rows priced: one resource, priced (or no pricing): its name; else the map as entries, with the unpriced hours
     SELECT r.k, r.wid, r.gs / 3600.0 AS gpu_hours, r.cs / 3600.0 AS cpu_core_hours, r.ms / 3600.0 AS memory_gib_hours,
-           r.gs * coalesce(p.price, 0.0) / 3600.0 AS gpu_cost, r.cs * p.cpu / 3600.0 AS cpu_cost,
-           r.ms * p.memory / 3600.0 AS memory_cost,
-           CASE WHEN $gpu_prices IS NULL OR r.resource IS NULL OR p.price IS NOT NULL THEN r.resource END AS resource,
-           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
+           r.gs * coalesce(r.gpu[r.i], 0.0) / 3600.0 AS gpu_cost, r.cs * r.cpu[r.i] / 3600.0 AS cpu_cost,
+           r.ms * r.memory[r.i] / 3600.0 AS memory_cost,
+           CASE WHEN $gpu_prices IS NULL OR r.resource IS NULL OR r.gpu[r.i] IS NOT NULL THEN r.resource END AS resource,
+           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND r.gpu[r.i] IS NULL
                 THEN [{'key': r.resource, 'value': r.gs / 3600.0}] END AS entries,
-           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND p.price IS NULL
-                THEN [{'cluster': p.cluster, 'resource': r.resource, 'hours': r.gs / 3600.0}] END AS unpriced
-    FROM lone r JOIN prices p ON p.cid = r.cid AND p.resource IS NOT DISTINCT FROM r.resource
+           CASE WHEN $gpu_prices IS NOT NULL AND r.resource IS NOT NULL AND r.gpu[r.i] IS NULL
+                THEN [{'cluster': r.clusters[r.cid], 'resource': r.resource, 'hours': r.gs / 3600.0}] END AS unpriced
+    FROM (SELECT r.*, l.*, (r.cid - 1) * (len(l.names) + 1) + coalesce(list_position(l.names, r.resource), 0) + 1 AS i
+          FROM lone r, price_lists l) r
     UNION ALL
     SELECT r.k, r.wid, r.gs / 3600.0, r.cs / 3600.0, r.ms / 3600.0,
            CASE WHEN r.mixed THEN m.gpu_cost ELSE r.gs * coalesce(p.price, 0.0) / 3600.0 END,
