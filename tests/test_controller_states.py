@@ -535,3 +535,65 @@ def test_a_pod_of_the_previous_revision_matches_the_predictor(catalog):
                                               "serving.knative.dev/revision": "iris-predictor-00001"}}}
     membership = match_pod(catalog.get("inferenceservice"), pod)
     assert membership is not None and membership.component == "predictor"
+
+
+def _scaled_isvc(min_replicas, annotations=None, status_mode=None, transformer=False):
+    """kserve docs/samples/fluid/kserve-isvc.yaml: a huggingface predictor with minReplicas 0 and one GPU
+    (scale to zero), in the deployment mode the annotations (or status.deploymentMode) give."""
+    predictor = {"nodeSelector": {"node.kubernetes.io/instance-type": "g5.8xlarge"}, "model": {
+        "runtime": "custom-kserve-huggingfaceserver", "modelFormat": {"name": "huggingface"},
+        "storageUri": "pvc://s3-data/llama-31-8b-instruct",
+        "resources": {"limits": {"cpu": "24", "memory": "48Gi", "nvidia.com/gpu": "1"},
+                      "requests": {"cpu": "24", "memory": "48Gi", "nvidia.com/gpu": "1"}}}}
+    if min_replicas is not None:
+        predictor["minReplicas"] = min_replicas
+    obj = _isvc(predictor, annotations)
+    obj["metadata"]["name"] = "llama-31-8b-instruct"
+    if transformer:
+        obj["spec"]["transformer"] = {"minReplicas": min_replicas, "containers": [
+            {"name": "kserve-container", "image": "example.com/tokenizer:1",
+             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+    if status_mode:
+        obj["status"] = {"deploymentMode": status_mode}
+    return obj
+
+
+KNATIVE_MODE = {"serving.kserve.io/deploymentMode": "Knative"}
+STANDARD_MODE = {"serving.kserve.io/deploymentMode": "Standard"}
+
+
+@pytest.mark.parametrize("obj, pods, minimum", [
+    # Knative/Serverless (the default mode of config/configmap/inferenceservice.yaml): min-scale is
+    # minReplicas (knative utils SetAutoScalingAnnotations), the revision starts at initial-scale (1)
+    pytest.param(_scaled_isvc(0), 1, 0, id="default-mode-scale-to-zero-starts-at-1"),
+    pytest.param(_scaled_isvc(0, KNATIVE_MODE), 1, 0, id="knative-scale-to-zero-starts-at-1"),
+    pytest.param(_scaled_isvc(0, {"serving.kserve.io/deploymentMode": "Serverless"}), 1, 0, id="serverless"),
+    pytest.param(_scaled_isvc(0, {**KNATIVE_MODE, "autoscaling.knative.dev/initial-scale": "0"}), 0, 0,
+                 id="knative-zero-initial-scale"),
+    pytest.param(_scaled_isvc(1, {**KNATIVE_MODE, "autoscaling.knative.dev/initial-scale": "3"}), 3, 1,
+                 id="knative-initial-scale-above-min"),
+    pytest.param(_scaled_isvc(2, KNATIVE_MODE), 2, 2, id="knative-min-above-initial"),
+    pytest.param(_scaled_isvc(None, KNATIVE_MODE), 1, 1, id="knative-default-min"),
+    # Standard/RawDeployment: the HPA's minimum is at least 1 (hpa_reconciler.go createHPA)
+    pytest.param(_scaled_isvc(0, STANDARD_MODE), 1, 0, id="standard-hpa-keeps-one"),
+    pytest.param(_scaled_isvc(0, {"serving.kserve.io/deploymentMode": "RawDeployment"}), 1, 0, id="raw-hpa"),
+    pytest.param(_scaled_isvc(0, None, status_mode="Standard"), 1, 0, id="status-mode-standard"),
+    # ... KEDA scales to minReplicaCount = minReplicas; class none sets the Deployment's replicas to it
+    pytest.param(_scaled_isvc(0, {**STANDARD_MODE, "serving.kserve.io/autoscalerClass": "keda"}), 0, 0, id="keda"),
+    pytest.param(_scaled_isvc(0, {**STANDARD_MODE, "serving.kserve.io/autoscalerClass": "none"}), 0, 0, id="none"),
+    pytest.param(_scaled_isvc(3, {**STANDARD_MODE, "serving.kserve.io/autoscalerClass": "none"}), 3, 3,
+                 id="none-min-3"),
+])
+def test_inference_service_pods_at_start_by_mode_and_autoscaler(catalog, obj, pods, minimum):
+    resolved = catalog.resolve(obj)
+    predictor = next(c for c in resolved.components if c.name == "predictor")
+    assert (predictor.pods, predictor.min_replicas) == (pods, minimum)
+    assert resolved.total.gpu == pods
+    assert resolved.total.cpu == 24 * pods
+
+
+def test_inference_service_transformer_scale_to_zero_starts_at_one(catalog):
+    resolved = catalog.resolve(_scaled_isvc(0, KNATIVE_MODE, transformer=True))
+    transformer = next(c for c in resolved.components if c.name == "transformer")
+    assert (transformer.pods, transformer.min_replicas) == (1, 0)
+    assert resolved.total.cpu == 24 + 1
