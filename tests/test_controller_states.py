@@ -597,3 +597,53 @@ def test_inference_service_transformer_scale_to_zero_starts_at_one(catalog):
     transformer = next(c for c in resolved.components if c.name == "transformer")
     assert (transformer.pods, transformer.min_replicas) == (1, 0)
     assert resolved.total.cpu == 24 + 1
+
+
+def _dgd_v1beta1_disagg_multinode() -> dict:
+    """ai-dynamo/dynamo examples/backends/vllm/deploy/v1beta1/disagg-multinode.yaml: nvidia.com/v1beta1 (the
+    storage version since the API graduated) lists .spec.components with a native podTemplate, where
+    v1alpha1 had the .spec.services map (api/v1beta1/dynamographdeployment_types.go)."""
+    def worker(name):
+        return {"name": name, "type": "worker", "replicas": 1, "multinode": {"nodeCount": 2}, "podTemplate": {"spec": {
+            "containers": [{"name": "main", "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.3.1",
+                            "command": ["python3", "-m", "dynamo.vllm"],
+                            "args": ["--model", "Qwen/Qwen3-0.6B", "--tensor-parallel-size", "2"],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+    return {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+            "metadata": {"name": "vllm-disagg", "namespace": "dynamo", "uid": "7c1e0f9a-0000-4000-8000-00000000000d"},
+            "spec": {"components": [
+                {"name": "Frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
+                    {"name": "main", "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.3.1",
+                     "command": ["python3", "-m", "dynamo.frontend"], "args": ["--http-port", "8000"]}]}}},
+                worker("decode"), worker("prefill")]},
+            "status": {"state": "successful", "conditions": [
+                {"type": "Ready", "status": "True", "reason": "all_resources_are_ready"}]}}
+
+
+def test_dynamo_v1beta1_components_list(catalog):
+    resolved = catalog.resolve(_dgd_v1beta1_disagg_multinode())
+    assert resolved.status == "Running"
+    services = {c.instance: c for c in resolved.components if c.name == "service"}
+    assert {k: (v.replicas, v.pods, v.total.gpu) for k, v in services.items()} == {
+        "Frontend": (1, 1, 0), "decode": (1, 2, 2), "prefill": (1, 2, 2)}   # multinode: nodeCount pods per replica
+    assert (resolved.pods, resolved.total.gpu) == (5, 4)
+
+
+def test_dynamo_v1beta1_pod_labels_and_gang(catalog):
+    """A decode pod on the Grove pathway (PCSG <dgd>-0-decode) matches its component by name, and the
+    multinode replica is one gang of nodeCount pods, as for v1alpha1."""
+    from workloadmap.catalog.pods import match_pod
+
+    obj = _dgd_v1beta1_disagg_multinode()
+    obj["spec"]["labels"] = {"team": "inference"}
+    obj["spec"]["components"][1]["podTemplate"]["metadata"] = {"labels": {"tier": "decode"}}
+    (decode,) = [c for c in catalog.resolve(obj).components if c.name == "service" and c.instance == "decode"]
+    assert decode.pods == 2
+    # DGD-level labels reach every pod template, the component's podTemplate.metadata adds its own
+    assert decode.pod_template["metadata"]["labels"] == {"team": "inference", "tier": "decode"}
+    pod = _pod("vllm-disagg-0-decode-0-ldr-x1", {
+        "nvidia.com/dynamo-component": "decode", "nvidia.com/dynamo-graph-deployment-name": "vllm-disagg",
+        "grove.io/podcliquescalinggroup": "vllm-disagg-0-decode",
+        "grove.io/podcliquescalinggroup-replica-index": "0"})
+    got = match_pod(catalog.get("dynamographdeployment"), pod)
+    assert (got.component, got.instance, got.replica) == ("service", "decode", "0")
