@@ -201,7 +201,8 @@ def _workload_rows(result: pa.Table) -> pa.Table:
     groups = result.slice(result.num_rows - n_workloads)
     if rows.column("period_start").null_count or groups.column("period_start").null_count != n_workloads:
         raise RuntimeError("cost_by_workload.sql: the workload rows are not after the report rows")
-    groups = groups.take(pc.sort_indices(groups.column("wid")))  # row i: wid i
+    if not pc.all(pc.equal(groups.column("wid"), pa.array(range(n_workloads), pa.int32()))).as_py():
+        groups = groups.take(pc.sort_indices(groups.column("wid")))  # row i: wid i (the queries give them so)
     wid = rows.column("wid")
     out = {"period_start": rows.column("period_start"), "period_end": rows.column("period_end")}
     for name in _GROUP_COLUMNS:
@@ -211,10 +212,15 @@ def _workload_rows(result: pa.Table) -> pa.Table:
     maps = []
     for resource, hours, entries in zip(*(rows.column(c).chunks for c in ("resource", "gpu_hours", "entries"))):
         one = resource.is_valid()
-        single = pa.ListArray.from_arrays(
-            pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(pc.cast(one, pa.int32()))]),
-            pa.StructArray.from_arrays([resource.filter(one), hours.filter(one)], ["key", "value"]))
-        merged = single if entries.null_count == len(entries) else pc.if_else(entries.is_valid(), entries, single)
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(pc.cast(one, pa.int32()))])
+        if entries.null_count == len(entries):  # (nearly always) each map: its row's one resource, or empty
+            if resource.null_count:
+                resource, hours = resource.filter(one), hours.filter(one)
+            maps.append(pa.MapArray.from_arrays(offsets, resource, hours))
+            continue
+        single = pa.ListArray.from_arrays(offsets, pa.StructArray.from_arrays(
+            [resource.filter(one), hours.filter(one)], ["key", "value"]))
+        merged = pc.if_else(entries.is_valid(), entries, single)
         maps.append(pa.MapArray.from_arrays(merged.offsets, merged.values.field("key"), merged.values.field("value")))
     out["gpu_hours"] = rows.column("gpu_hours")
     out["gpu_hours_by_resource"] = pa.chunked_array(maps, _HOURS_MAP)

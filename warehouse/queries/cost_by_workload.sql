@@ -197,5 +197,6 @@ SELECT to_timestamp(epoch(CAST($since AS TIMESTAMPTZ)) + k * coalesce(epoch(CAST
 FROM (SELECT * FROM rows  -- the sort carries numbers, the resource name and the rare lists; the times are made after it
       ORDER BY k, rank)
 UNION ALL
-SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cluster, namespace, framework, uid, kind, name
-FROM workloads
+SELECT * FROM (SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                      cluster, namespace, framework, uid, kind, name
+               FROM workloads ORDER BY wid)

@@ -94,15 +94,18 @@ workloads AS (  -- the rolled-up workloads and those only here; wid: place in th
           GROUP BY cluster, uid)
 ),
 live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU and memory on the first)
-    SELECT (t.d - b.day0)::INTEGER AS k, w.wid, w.cid, e.resource, x.secs * e.g AS gs,
-           CASE WHEN e.first THEN x.secs * l.cpu ELSE 0.0 END AS cs,
-           CASE WHEN e.first THEN x.secs * (l.memory / 1073741824.0) ELSE 0.0 END AS ms
-    FROM live l JOIN workloads w ON w.cluster = l.cluster AND w.uid = l.uid, bounds b,
-         LATERAL (SELECT unnest(coalesce(map_keys(l.gpu_map), [NULL])) AS resource,
-                         unnest(coalesce(map_values(l.gpu_map), [0.0])) AS g,
-                         unnest(range(1, coalesce(cardinality(l.gpu_map), 1)::BIGINT + 1)) = 1 AS first) e,
-         unnest(range(floor(l.s0 / 86400)::BIGINT, ceil(l.s1 / 86400)::BIGINT)) AS t(d),
-         LATERAL (SELECT least(l.s1, (t.d + 1) * 86400.0) - greatest(l.s0, t.d * 86400.0) AS secs) x
+    SELECT (d - day0)::INTEGER AS k, wid, cid, e.resource,
+           (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * e.g AS gs,
+           CASE WHEN e.first THEN (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * cpu ELSE 0.0 END AS cs,
+           CASE WHEN e.first THEN (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * memory_gib ELSE 0.0 END
+               AS ms
+    FROM (SELECT *, unnest(range(floor(s0 / 86400)::BIGINT, ceil(s1 / 86400)::BIGINT)) AS d
+          FROM (SELECT w.wid, w.cid, b.day0, l.s0, l.s1, l.cpu, l.memory / 1073741824.0 AS memory_gib,
+                       unnest(CASE WHEN l.gpu_map IS NULL THEN [{'resource': NULL::VARCHAR, 'g': 0.0, 'first': true}]
+                                   ELSE list_transform(range(1, cardinality(l.gpu_map)::BIGINT + 1),
+                                                       lambda j: {'resource': map_keys(l.gpu_map)[j],
+                                                                  'g': map_values(l.gpu_map)[j], 'first': j = 1}) END) AS e
+                FROM live l JOIN workloads w ON w.cluster = l.cluster AND w.uid = l.uid, bounds b))
 ),
 rolled AS NOT MATERIALIZED (  -- the rollup's rows of whole days before the cut; summed: shared, or also in live_usage
     SELECT (u.day - DATE '1970-01-01' - b.day0)::INTEGER AS k, w.wid, w.cid, u.resource,
@@ -201,5 +204,6 @@ FROM (SELECT * FROM priced  -- the sort carries numbers, the resource name and t
       ORDER BY k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END, gpu_hours) DESC,
                gpu_hours DESC, wid)
 UNION ALL
-SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cluster, namespace, framework, uid, kind, name
-FROM workloads
+SELECT * FROM (SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                      cluster, namespace, framework, uid, kind, name
+               FROM workloads ORDER BY wid)
