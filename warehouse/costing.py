@@ -13,6 +13,9 @@ group with a workload has a plan of its own, ``queries/cost_by_workload.sql``
 (a year of daily rows is millions of them; a workload's intervals never
 overlap, so most rows need no aggregation): the same rows, whose workload
 columns come back once per workload and become Arrow dictionary columns here.
+By UTC day (a window from midnight, a step of a day) and billing the statuses
+the writer rolls up, those rows are read from the writer's daily rollup
+instead (``rolling.py``, ``queries/cost_by_workload_daily.sql``).
 
 Which statuses consume (the billing rule):
 
