@@ -20,19 +20,16 @@ from workloadmap.warehouse.pricing import parse_pricing
 from workloadmap.warehouse.querying import run_query_arrow
 from workloadmap.warehouse.writing import Warehouse
 
+from tests.test_cost import _DEMANDS, _PLAN_PRICING
+
 UTC = timezone.utc
 GiB = 2**30
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
 
-# Demands: (gpus, gpu_resources, cores, GiB); an empty map with GPUs counts them as 'unspecified';
-# odd/x has no price; one demand holds two resources; one holds no GPU.
-DEMANDS = ((4, {"nvidia.com/gpu": 4}, 8, 32), (8, {"nvidia.com/gpu": 8}, 16, 64), (2, {"nvidia.com/mig-1g.10gb": 2}, 2, 8),
-           (3, {"nvidia.com/gpu": 1, "amd.com/gpu": 2}, 4, 16), (2, {}, 1, 4), (1, {"odd/x": 1}, 0.5, 2),
-           (0, {}, 2, 8), (2, {"amd.com/gpu": 2}, 0, 0))
-PRICING = {"default": {"gpu": {"nvidia.com/gpu": 2.5, "nvidia.com/mig-*": 0.75, "amd.com/gpu": 2.1,
-                               "unspecified": 1.3}, "cpu": 0.03, "memory": 0.004},
-           "clusters": {"c2": {"gpu": {"nvidia.com/gpu": 3.1}, "cpu": 0.05}}}
+# The demands and the pricing of test_cost's random histories (multi-resource, unpriced, unspecified
+# and GPU-less demands; prices per cluster).
+DEMANDS, PRICING = _DEMANDS, _PLAN_PRICING
 
 
 def record(w: int, cluster: str, at: datetime, status: str, demand: int, version: int, *, deleted=False) -> dict:
