@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -159,7 +161,8 @@ def test_every_named_query_has_a_header_and_parses():
             "export_workload_states", "history_bounds"} <= set(names)
     for name in names:
         q = load_query(name)
-        assert q.summary and "Parameters:" in q.sql, name
-        for p in q.parameters:
-            assert f"${p}" in q.sql.split("Parameters:")[1].split("\n--")[0] or f"${p}" in "".join(
-                line for line in q.sql.splitlines() if line.startswith("--")), (name, p)
+        header = list(itertools.takewhile(lambda line: line.startswith("--"), q.sql.splitlines()))
+        assert q.summary and any("Parameters:" in line for line in header), name
+        # The header's Parameters section names exactly the parameters the statement uses.
+        section = "\n".join(header).split("Parameters:", 1)[1]
+        assert set(re.findall(r"\$([a-z_]+)", section)) == q.parameters, name
