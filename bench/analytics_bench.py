@@ -162,12 +162,13 @@ ORDER BY i
 # them to interval_history: a closed interval when it closes, a final Deleted one at the deletion.
 _INTERVALS = """
 INSERT INTO interval_history (cluster, uid, api_version, kind, namespace, name, definition, framework, status,
-                              valid_from, valid_to, pods, gpus, cpu, memory, gpu_resources, from_seq)
+                              valid_from, valid_to, pods, gpus, cpu, memory, gpu_resources, from_seq, appended_seq)
 SELECT * FROM (
 SELECT cluster, uid, api_version, kind, namespace, name, definition, framework, status,
        observed_at AS valid_from,
        lead(observed_at) OVER (PARTITION BY cluster, uid ORDER BY seq) AS valid_to,
-       pods, gpus, cpu, memory, gpu_resources, seq AS from_seq
+       pods, gpus, cpu, memory, gpu_resources, seq AS from_seq,
+       coalesce(lead(seq) OVER (PARTITION BY cluster, uid ORDER BY seq), seq) AS appended_seq
 FROM (
     SELECT *, wl_t0(w, gap) AS t0
     FROM (
@@ -232,9 +233,10 @@ def generating(path: str, rows: int, states: int) -> tuple[float, float, int, in
         n_intervals = conn.execute("SELECT count(*) FROM status_intervals").fetchone()[0]
         conn.close()
         rolling = time.perf_counter()
-    # The writer's daily rollup (warehouse/rolling.py), as a writer that wrote this history keeps it:
-    # the closed intervals when the seeding writer closes, the open ones up to the horizon (a day behind
-    # the latest state) by the next writer's pass.
+    # The writer's daily rollup (warehouse/rolling.py), in one pass: a writer that wrote this history
+    # would have rolled it up every 100,000 states, each pass adding about the latest days, so the
+    # table is in about day order, as here.  (Each interval's appended_seq is the seq of the state that
+    # closed it, after the seeding writer's own pass at its close, which then has nothing to roll up.)
     with Warehouse(path) as wh:
         wh.roll_up()
     return time.perf_counter() - start, time.perf_counter() - rolling, n_states, n_intervals

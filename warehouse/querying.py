@@ -72,6 +72,7 @@ def open_readonly(path: str | os.PathLike, *, sandbox: bool = True) -> duckdb.Du
         "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
     if not locked:
         conn.execute("SET TimeZone = 'UTC'")  # timestamps and dates in UTC, whatever the machine's zone
+        conn.execute("SET enable_progress_bar = false")  # DuckDB's bar would print over our output
         if sandbox:
             conn.execute("SET enable_external_access = false")
             conn.execute("SET lock_configuration = true")
