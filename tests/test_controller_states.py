@@ -342,6 +342,33 @@ def test_rayjob_v1_0_statuses(catalog, deployment_status, job_status, expected):
     assert resolved.status == expected, resolved.statuses
 
 
+def _raycluster_v1_1(state: str | None, reason: str = "", suspend: bool = False) -> dict:
+    """A RayCluster written by KubeRay v1.1 (no status conditions; only .status.state)."""
+    obj = _raycluster({"replicas": 2, "minReplicas": 1, "maxReplicas": 4})
+    obj["spec"]["suspend"] = suspend
+    obj["status"] = {"state": state, "reason": reason} if state is not None else {}
+    return obj
+
+
+@pytest.mark.parametrize("state, reason, suspend, expected", [
+    # v1.1 raycluster_controller.go Reconcile: any reconcile error (here reconcilePods refused by a
+    # ResourceQuota, the case of ray-project/kuberay#2357) writes state "failed" and requeues;
+    # calculateStatus writes "ready" again once every pod runs. Retried, not terminal.
+    ("failed", 'pods "raycluster-gpu-worker-gpu-mh9v2" is forbidden: exceeded quota: gpu-quota', False, "Degraded"),
+    # v1.0/v1.1 calculateStatus: invalid head rayStartParams (object-store-memory above the head's
+    # memory request) make the state "unhealthy" on every reconcile until the spec is fixed
+    ("unhealthy", "", False, "Degraded"),
+    ("ready", "", False, "Running"),
+    (None, "", False, "Initializing"),
+    ("failed", "", True, "Suspending"),   # suspend requested: pods being deleted
+    ("suspended", "", True, "Suspended"),
+])
+def test_raycluster_states_of_operators_before_v1_2(catalog, state, reason, suspend, expected):
+    resolved = catalog.resolve(_raycluster_v1_1(state, reason, suspend))
+    assert resolved.status == expected, resolved.statuses
+    assert resolved.total.gpu == 2   # the two worker pods the controller keeps trying to run
+
+
 @pytest.mark.parametrize("run_launcher_as_worker, label", [(True, "3"), (False, "2")])
 def test_mpijob_worker_index_with_run_launcher_as_worker(catalog, run_launcher_as_worker, label):
     # mpi-operator v2beta1 newWorker: pod "<job>-worker-<i>", replica-index label i+1 when the
