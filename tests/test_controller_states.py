@@ -369,6 +369,40 @@ def test_raycluster_states_of_operators_before_v1_2(catalog, state, reason, susp
     assert resolved.total.gpu == 2   # the two worker pods the controller keeps trying to run
 
 
+def _rayservice_v1_1(service_status: str) -> dict:
+    """A RayService written by KubeRay v1.1 (no conditions, only serviceStatus), after
+    ray-operator/config/samples/ray-service.sample.yaml with one 1-GPU worker."""
+    obj = _raycluster({"replicas": 1, "minReplicas": 1, "maxReplicas": 5})
+    return {"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "rayservice-sample", "namespace": "ml", "uid": "7c1e0f9a-0000-4000-8000-00000000000b"},
+            "spec": {"serviceUnhealthySecondThreshold": 900, "deploymentUnhealthySecondThreshold": 300,
+                     "serveConfigV2": "applications: []", "rayClusterConfig": obj["spec"]},
+            "status": {"serviceStatus": service_status,
+                       "activeServiceStatus": {"rayClusterName": "rayservice-sample-raycluster-6mj28"}}}
+
+
+@pytest.mark.parametrize("service_status, expected", [
+    # ServiceStatus values of KubeRay v1.0-v1.2 (ray-operator/apis/ray/v1/rayservice_types.go)
+    ("", "Initializing"),
+    ("WaitForDashboard", "Initializing"),              # v1.0 only
+    ("WaitForServeDeploymentReady", "Initializing"),
+    ("Running", "Running"),
+    # rayservice_controller.go markRestartAndAddPendingClusterName: the serving cluster stayed
+    # unhealthy past serviceUnhealthySecondThreshold; a new cluster is being prepared
+    ("Restarting", "Degraded"),
+    # updateState(..., err): a reconcile error, requeued and retried
+    ("FailedToGetOrCreateRayCluster", "Degraded"),
+    ("FailedToGetServeDeploymentStatus", "Degraded"),
+    ("FailedToUpdateIngress", "Degraded"),             # v1.0 only
+    ("FailedToUpdateServingPodLabel", "Degraded"),
+    ("FailedToUpdateService", "Degraded"),
+])
+def test_rayservice_statuses_of_operators_before_v1_3(catalog, service_status, expected):
+    resolved = catalog.resolve(_rayservice_v1_1(service_status))
+    assert resolved.status == expected, resolved.statuses
+    assert resolved.total.gpu == 1
+
+
 @pytest.mark.parametrize("run_launcher_as_worker, label", [(True, "3"), (False, "2")])
 def test_mpijob_worker_index_with_run_launcher_as_worker(catalog, run_launcher_as_worker, label):
     # mpi-operator v2beta1 newWorker: pod "<job>-worker-<i>", replica-index label i+1 when the
