@@ -403,6 +403,74 @@ def test_rayservice_statuses_of_operators_before_v1_3(catalog, service_status, e
     assert resolved.total.gpu == 1
 
 
+def _rayservice_upgrading(active: str, pending: str, strategy: str | None = None, min_replicas: int = 2) -> dict:
+    """ray-operator/config/samples/ray-service.deepseek.yaml (head 2 CPU / 32Gi, worker group gpu-group
+    of 2 x 8 GPUs) with the status of a zero-downtime upgrade after its spec changed
+    (rayservice_controller.go calculateConditions: UpgradeInProgress=True, BothActivePendingClustersExist)."""
+    head = {"name": "ray-head", "image": "vllm/vllm-openai:v0.8.5",
+            "resources": {"limits": {"cpu": "2", "memory": "32Gi"}, "requests": {"cpu": "2", "memory": "32Gi"}}}
+    worker = {"name": "ray-worker", "image": "vllm/vllm-openai:v0.8.5", "resources": {
+        "limits": {"cpu": "24", "memory": "500Gi", "nvidia.com/gpu": "8"},
+        "requests": {"cpu": "24", "memory": "500Gi", "nvidia.com/gpu": "8"}}}
+    both = bool(active and pending)
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayService",
+           "metadata": {"name": "deepseek-r1", "namespace": "llm", "uid": "7c1e0f9a-0000-4000-8000-00000000000c"},
+           "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": {
+               "rayVersion": "2.46.0", "enableInTreeAutoscaling": strategy == "NewClusterWithIncrementalUpgrade",
+               "headGroupSpec": {"rayStartParams": {"num-gpus": "0"}, "template": {"spec": {"containers": [head]}}},
+               "workerGroupSpecs": [{"groupName": "gpu-group", "replicas": 2, "minReplicas": min_replicas,
+                                     "maxReplicas": 2, "numOfHosts": 1, "rayStartParams": {},
+                                     "template": {"spec": {"containers": [worker]}}}]}},
+           "status": {"activeServiceStatus": {"rayClusterName": active} if active else {},
+                      "pendingServiceStatus": {"rayClusterName": pending} if pending else {},
+                      "numServeEndpoints": 3 if active else 0, "conditions": [
+                          {"type": "Ready", "status": "True" if active else "False",
+                           "reason": "NonZeroServeEndpoints" if active else "Initializing"},
+                          {"type": "UpgradeInProgress", "status": "True" if both else "False",
+                           "reason": "BothActivePendingClustersExist" if both else
+                           ("NoPendingCluster" if active else "Initializing")}]}}
+    if strategy:
+        obj["spec"]["upgradeStrategy"] = {"type": strategy}
+    return obj
+
+
+@pytest.mark.parametrize("obj, pending_workers, gpus", [
+    # NewCluster (the default strategy): the pending cluster is the whole current spec, beside the
+    # active cluster that keeps serving until the pending one is promoted
+    (_rayservice_upgrading("deepseek-r1-raycluster-h2x9k", "deepseek-r1-raycluster-q7d4m"), 2, 32),
+    # NewClusterWithIncrementalUpgrade: constructRayClusterForRayService clears the pending cluster's
+    # worker replicas, so its groups start at minReplicas and the autoscaler grows them
+    (_rayservice_upgrading("deepseek-r1-raycluster-h2x9k", "deepseek-r1-raycluster-q7d4m",
+                           "NewClusterWithIncrementalUpgrade", min_replicas=1), 1, 24),
+    # first start: the first cluster is created as the pending one, there is no active cluster yet
+    (_rayservice_upgrading("", "deepseek-r1-raycluster-h2x9k"), None, 16),
+    # promoted: one cluster
+    (_rayservice_upgrading("deepseek-r1-raycluster-q7d4m", ""), None, 16),
+])
+def test_rayservice_upgrade_counts_the_pending_cluster(catalog, obj, pending_workers, gpus):
+    resolved = catalog.resolve(obj).to_dict()
+    heads = [c for c in resolved["components"] if c["name"] == "head-pending"]
+    workers = [c for c in resolved["components"] if c["name"] == "worker-pending"]
+    if pending_workers is None:
+        assert heads == [] and workers == []
+    else:
+        assert [h["instance"] for h in heads] == [obj["status"]["pendingServiceStatus"]["rayClusterName"]]
+        assert heads[0]["perPod"]["cpu"] == pytest.approx(2 + (0.5 if obj["spec"].get("upgradeStrategy") else 0))
+        assert [(w["instance"], w["pods"]) for w in workers] == [("gpu-group", pending_workers)]
+    assert resolved["total"]["gpu"] == gpus
+    assert resolved["status"] == ("Running" if obj["status"]["activeServiceStatus"] else "Initializing")
+
+
+def test_a_pod_of_the_pending_ray_cluster_matches_head_or_worker(catalog):
+    from workloadmap.catalog.pods import match_pod
+
+    pod = _pod("deepseek-r1-raycluster-q7d4m-gpu-group-worker-8xk2p", {
+        "ray.io/node-type": "worker", "ray.io/group": "gpu-group", "ray.io/cluster": "deepseek-r1-raycluster-q7d4m",
+        "ray.io/is-ray-node": "yes", "ray.io/worker-group-replica-index": "0"})
+    membership = match_pod(catalog.get("rayservice"), pod)
+    assert (membership.component, membership.instance) == ("worker", "gpu-group")
+
+
 @pytest.mark.parametrize("run_launcher_as_worker, label", [(True, "3"), (False, "2")])
 def test_mpijob_worker_index_with_run_launcher_as_worker(catalog, run_launcher_as_worker, label):
     # mpi-operator v2beta1 newWorker: pod "<job>-worker-<i>", replica-index label i+1 when the
