@@ -19,6 +19,7 @@ import textwrap
 import threading
 import time
 import uuid
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -27,7 +28,7 @@ from hypothesis import given, settings, strategies as st
 
 from workloadmap.catalog import Catalog, records
 from workloadmap.catalog.registry import bundled_examples
-from workloadmap.warehouse import schema, writing
+from workloadmap.warehouse import costing, schema, writing
 from workloadmap.warehouse.writing import KafkaWarehouseWriter, MalformedRecord, Warehouse
 
 WORKLOADS, TRANSITIONS = records.WORKLOADS_TOPIC, records.TRANSITIONS_TOPIC
@@ -237,11 +238,12 @@ def copy_columns(conn, table: str) -> None:
 
 
 def at_version(version: int, path, written) -> duckdb.DuckDBPyConnection:
-    """A file at schema `version` (4 or later: workload_states a table) holding the rows of `written`."""
+    """A file at schema `version` (4 or later) holding the rows of `written`."""
     conn = duckdb.connect(str(path))
     assert schema.migrate(conn, target=version) == list(range(1, version + 1))
     conn.execute("ATTACH ? AS w (READ_ONLY)", [str(written)])
-    conn.execute("INSERT INTO workload_states BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
+    states = "state_history" if version >= 6 else "workload_states"  # version 6: workload_states a view
+    conn.execute(f"INSERT INTO {states} BY NAME SELECT * EXCLUDE (components) FROM w.workload_states")
     for table in ("workload_current", "interval_history", "deleted_workloads", "transitions", "consumer_offsets"):
         copy_columns(conn, table)
     conn.execute("DETACH w")
@@ -303,6 +305,37 @@ def test_migrate_v5_to_v6_keeps_the_states_in_state_history_under_the_workload_s
         assert res.duplicates >= 40 and res.inserted > 0
         assert cur.execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(
             expected["workload_states"]) + res.inserted
+
+
+def test_migrate_v6_to_v7_rolls_up_the_history_when_the_writer_opens_it(tmp_path):
+    """A version-6 file (no rollup) opens with the same rows in every table and view and its history
+    rolled up at once (closed intervals, open ones up to the horizon); a daily report by workload, read
+    from the rollup, gives the hours of the report computed from the intervals; the writer carries on."""
+    written, old = tmp_path / "written.duckdb", tmp_path / "v6.duckdb"
+    base = dict(PYTORCHJOB)
+    recs = [as_record(base, f"c{w}", f"2025-06-0{day}T{10 + w}:00:00Z", "MODIFIED", uid=f"uid-{w}", status=status,
+                      statuses=[status], resourceVersion=str(10 * day + w))
+            for day, status in ((1, "Running"), (3, "Degraded"), (4, "Running"), (6, "Running")) for w in range(3)]
+    with Warehouse(written) as wh:
+        wh.write(recs, offsets={("t", 0): len(recs)})
+        expected = contents(wh.cursor(), MIGRATED)
+    at_version(6, old, written).close()
+    with Warehouse(old) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 7
+        cur = wh.cursor()
+        assert contents(cur, MIGRATED) == expected
+        assert cur.execute("SELECT rolled_seq, horizon FROM usage_rollup").fetchall() == [
+            (len(recs), datetime(2025, 6, 5, tzinfo=timezone.utc))]  # a day behind the last state
+        assert cur.execute("SELECT count(DISTINCT workload), min(day), max(day) FROM daily_usage").fetchall() == [
+            (3, date(2025, 6, 1), date(2025, 6, 4))]
+        since, until = datetime(2025, 6, 1, tzinfo=timezone.utc), datetime(2025, 6, 7, tzinfo=timezone.utc)
+        daily = costing.cost_report(cur, since, until, by=("workload",), step=timedelta(days=1), as_of=until)
+        whole = costing.cost_report(cur, since, until, by=("workload",), as_of=until)
+        hours = sum(r.gpu_hours for r in whole.rows)
+        assert hours > 0 and sum(r.gpu_hours for r in daily.rows) == pytest.approx(hours)
+        res = wh.write([as_record(base, "c0", "2025-06-06T12:00:00Z", "MODIFIED", uid="uid-0", status="Completed",
+                                  statuses=["Completed"], resourceVersion="99")])
+        assert res.inserted == 1
 
 
 def test_deleted_workloads_leave_the_keyed_table_and_late_records_take_the_exact_path(tmp_path):

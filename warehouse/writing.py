@@ -517,6 +517,9 @@ class Warehouse:
             "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
         self._lock = threading.Lock()
+        if self._rolled_seq < 0 < self._next_seq:  # a history from before the rollup (schema 7): roll it up now
+            log.info("rolling up the history of %s (%d states) for the cost reports", self.path, self._next_seq)
+            self._roll_up()
 
     # ------------------------------------------------------------------ writing
 
