@@ -235,3 +235,31 @@ def test_the_daily_query_refuses_what_the_rollup_cannot_answer(tmp_path):
             run_query_arrow(conn, "cost_by_workload_daily", **{**base, "since": T0 + timedelta(hours=1)})
         with pytest.raises(QueryError, match="Running and Degraded, with or without"):
             run_query_arrow(conn, "cost_by_workload_daily", **base, statuses=["Running", "Completed"])
+
+
+def test_the_horizon_stays_a_day_behind_and_never_passes_the_clock():
+    day = 86_400_000_000
+    t = int(T0.timestamp()) * 1_000_000
+    assert rolling.horizon_of(None, None, t) is None
+    assert rolling.horizon_of(t + 30 * 3600 * 10**6, None, t + 40 * day) == t  # 11-02 06:00 -> 11-01 00:00
+    assert rolling.horizon_of(t + 30 * 3600 * 10**6, t + day, t + 40 * day) == t + day  # never backwards
+    # A record stamped a year ahead of the clock: the horizon follows the clock.
+    assert rolling.horizon_of(t + 365 * day, None, t + 5 * day + 7) == t + 4 * day
+
+
+def test_a_record_from_a_clock_ahead_does_not_roll_the_open_intervals_into_the_future(tmp_path):
+    now = datetime.now(UTC)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([record(0, "c1", now - 3 * DAY, "Running", 1, 1),
+                  record(1, "c1", now + 365 * DAY, "Running", 0, 2)])  # a watcher whose clock runs a year ahead
+        wh.roll_up()
+        cur = wh.cursor()
+        rolled_to = cur.execute("SELECT rolled_to FROM workload_current WHERE uid = 'uid-0'").fetchall()[0][0]
+        assert rolled_to <= now - DAY
+        rows = "SELECT count(*) FROM daily_usage JOIN usage_workloads USING (workload) WHERE uid = 'uid-0'"
+        rolled = cur.execute(rows).fetchall()
+        assert rolled[0][0] >= 2
+        # so the workload's next record takes the fast path (the exact path would drop its rollup rows)
+        wh.write([record(0, "c1", now - DAY / 2, "Degraded", 1, 3)])
+        assert cur.execute(rows).fetchall() == rolled
+        assert cur.execute("SELECT count(*) FROM interval_history WHERE uid = 'uid-0'").fetchall() == [(1,)]

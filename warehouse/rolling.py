@@ -16,8 +16,8 @@ another set of statuses does not read the rollup.  What a pass rolls up:
   ``(rolled_seq, to_seq]``), from where their rollup stopped while they were open (``rolled_to``,
   else ``valid_from``) to ``valid_to``;
 - the open intervals (``workload_current``) from there up to the **horizon**, a UTC midnight one
-  day behind the latest ``observed_at`` the writer has seen (``horizon``); their ``rolled_to`` moves
-  there.  So a workload running for months is rolled up day by day, not only when it stops.
+  day behind the latest ``observed_at`` the writer has seen, or its clock if earlier (``horizon_of``);
+  their ``rolled_to`` moves there.  So a workload running for months is rolled up day by day, not only when it stops.
 
 Only intervals with a demand in those statuses (``ROLLED_STATUSES``).
 
@@ -148,12 +148,15 @@ WHERE workload IN (SELECT w.workload FROM usage_workloads w JOIN wm_rebuild r ON
 STATE = "SELECT rolled_seq, epoch_us(horizon) FROM usage_rollup"
 
 
-def horizon_of(latest_observed_us: int | None, previous_us: int | None) -> int | None:
+def horizon_of(latest_observed_us: int | None, previous_us: int | None, now_us: int) -> int | None:
     """The horizon (epoch microseconds) for the latest observed_at seen: the UTC midnight at or before
-    a day earlier, never behind the previous horizon."""
+    a day earlier, never behind the previous horizon.  An observed_at later than this machine's clock
+    (`now_us`) counts as now: one record from a watcher whose clock runs ahead must not roll the open
+    intervals into the future, which would send every later record of those workloads to the exact
+    path (a state before its workload's rolled_to)."""
     if latest_observed_us is None:
         return previous_us
-    h = (latest_observed_us - HORIZON_LAG_US) // _DAY_US * _DAY_US
+    h = (min(latest_observed_us, now_us) - HORIZON_LAG_US) // _DAY_US * _DAY_US
     return h if previous_us is None else max(h, previous_us)
 
 

@@ -571,7 +571,7 @@ class Warehouse:
 
     def _roll_up(self) -> int:
         conn = self.conn
-        horizon = rolling.horizon_of(self._latest_observed, self._horizon)
+        horizon = rolling.horizon_of(self._latest_observed, self._horizon, time.time_ns() // 1000)
         conn.execute("BEGIN TRANSACTION")
         try:
             added = rolling.roll_up(conn, from_seq=self._rolled_seq, to_seq=self._next_seq, horizon_us=horizon)
