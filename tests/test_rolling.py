@@ -59,11 +59,33 @@ def history(workloads) -> list[dict]:
     return sorted(out, key=lambda r: r["observedAt"])
 
 
-def both_plans(conn, **params):
-    """The daily report by workload read from the rollup, and computed from the intervals."""
-    daily = costing._workload_rows(run_query_arrow(conn, "cost_by_workload_daily", **params)).to_pylist()
+def both_plans(conn, *, priced_with=None, **params):
+    """The daily report by workload read from the rollup (and the kept rows, if `priced_with` says they
+    were priced so), and computed from the intervals."""
+    daily = costing._workload_rows(run_query_arrow(conn, "cost_by_workload_daily", **params,
+                                                   priced_with=priced_with)).to_pylist()
     plan = costing._workload_rows(run_query_arrow(conn, "cost_by_workload", **params)).to_pylist()
     return daily, plan
+
+
+def write_with_passes(wh, workloads, data) -> None:
+    """The generated history written in batches, then records delivered late, with passes that keep
+    the cost rows (``roll_up``: a snapshot's) between any of them, and the writer's own passes every
+    few states (they roll up, and do not keep the cost rows)."""
+    recs = history(workloads)
+    late = data.draw(st.lists(st.integers(0, len(recs) - 1), max_size=2, unique=True), label="late")
+    on_time = [r for i, r in enumerate(recs) if i not in late]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(on_time)), max_size=4), label="cuts"))
+    batches = [on_time[a:b] for a, b in zip([0, *cuts], [*cuts, len(on_time)])] + [[recs[i] for i in late]]
+    passes = data.draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)), label="passes")
+    every = data.draw(st.sampled_from((rolling.ROLL_UP_STATES, 2, 5)), label="roll up every")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rolling, "ROLL_UP_STATES", every)
+        for batch, roll in zip(batches, passes):
+            if batch:
+                wh.write(batch)
+            if roll:
+                wh.roll_up()
 
 
 NUMBERS = ("gpu_hours", "cpu_core_hours", "memory_gib_hours", "gpu_cost", "cpu_cost", "memory_cost", "cost")
@@ -102,18 +124,8 @@ def test_the_daily_report_from_the_rollup_is_the_plan_s(tmp_path_factory, worklo
     horizon a day behind), records delivered late (older than their workload's latest state, or inside
     its rolled-up days: the exact path drops its rollup rows), windows whose end is not at midnight, an
     as_of before the rolled-up days: the rows read from the rollup are the plan's."""
-    recs = history(workloads)
-    late = data.draw(st.lists(st.integers(0, len(recs) - 1), max_size=2, unique=True), label="late")
-    on_time = [r for i, r in enumerate(recs) if i not in late]
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(on_time)), max_size=4), label="cuts"))
-    batches = [on_time[a:b] for a, b in zip([0, *cuts], [*cuts, len(on_time)])] + [[recs[i] for i in late]]
-    passes = data.draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)), label="passes")
     with Warehouse(tmp_path_factory.mktemp("rolling") / "w.duckdb") as wh:
-        for batch, roll in zip(batches, passes):
-            if batch:
-                wh.write(batch)
-            if roll:
-                wh.roll_up()
+        write_with_passes(wh, workloads, data)
         conn = wh.cursor()
         conn.execute("SET TimeZone = 'UTC'")
         since = T0 + since_d * DAY
@@ -124,6 +136,39 @@ def test_the_daily_report_from_the_rollup_is_the_plan_s(tmp_path_factory, worklo
             statuses=list(costing.consuming_statuses(starting)), by=list(costing.row_columns(by)),
             namespaces=namespaces, gpu_prices=None if pricing is None else pricing.gpu_rules(),
             rates=None if pricing is None else pricing.rate_rows())
+    assert_same_rows(daily, plan)
+
+
+# Longer lives, so that a pass leaves several finished days (a horizon days after the first state).
+_long_workload = st.tuples(
+    st.sampled_from(("c1", "c2")),
+    st.lists(st.tuples(st.integers(0, 100 * 3600),
+                       st.sampled_from(("Running", "Running", "Degraded", "Initializing", "Suspended", "Completed")),
+                       st.integers(0, len(DEMANDS) - 1)), min_size=1, max_size=7),
+    st.booleans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(workloads=st.lists(_long_workload, min_size=1, max_size=5), data=st.data(),
+       since_d=st.integers(0, 3), span_h=st.integers(1, 400), as_of_h=st.integers(0, 800),
+       kept_priced=st.booleans(), priced=st.booleans())
+def test_the_daily_report_from_the_kept_rows_is_the_plan_s(tmp_path_factory, workloads, data, since_d, span_h,
+                                                           as_of_h, kept_priced, priced):
+    """The kept cost rows (rolling.keep_costs) of a writer given a pricing file (or none), read by a
+    report by workload billing Running and Degraded priced the same (or not: they are not read), after
+    the same batches, late records and passes: the rows, in their order, are the plan's."""
+    kept_with = parse_pricing(PRICING) if kept_priced else None
+    with Warehouse(tmp_path_factory.mktemp("kept") / "w.duckdb", pricing=kept_with) as wh:
+        write_with_passes(wh, workloads, data)
+        conn = wh.cursor()
+        conn.execute("SET TimeZone = 'UTC'")
+        since = T0 + since_d * DAY
+        until = since + timedelta(hours=span_h)
+        pricing = parse_pricing(PRICING) if priced else None
+        daily, plan = both_plans(
+            conn, since=since, until=until, as_of=T0 + timedelta(hours=as_of_h), step=DAY,
+            statuses=list(costing.CONSUMING), by=list(costing.row_columns(("workload",))),
+            priced_with=costing.priced_with(pricing), **costing.pricing_params(pricing))
     assert_same_rows(daily, plan)
 
 

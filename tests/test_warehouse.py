@@ -150,7 +150,7 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
                       "ALTER TABLE workload_states ADD COLUMN components JSON",
                       "DROP VIEW status_intervals", "DROP VIEW current_workloads", "DROP TABLE interval_history",
                       "DROP TABLE workload_current", "DROP TABLE deleted_workloads", "DROP TABLE usage_workloads",
-                      "DROP TABLE daily_usage", "DROP TABLE usage_rollup",
+                      "DROP TABLE daily_usage", "DROP TABLE usage_rollup", "DROP TABLE daily_costs",
                       "ALTER TABLE v2_intervals RENAME TO status_intervals",
                       schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version >= 3"):
         conn.execute(statement)

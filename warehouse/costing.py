@@ -15,7 +15,9 @@ overlap, so most rows need no aggregation): the same rows, whose workload
 columns come back once per workload and become Arrow dictionary columns here.
 By UTC day (a window from midnight, a step of a day) and billing the statuses
 the writer rolls up, those rows are read from the writer's daily rollup
-instead (``rolling.py``, ``queries/cost_by_workload_daily.sql``).
+instead (``rolling.py``, ``queries/cost_by_workload_daily.sql``); by workload
+alone, billing Running and Degraded, with the pricing the writer was given,
+the finished days' rows are read as the writer keeps them (``keep_costs``).
 
 Which statuses consume (the billing rule):
 
@@ -32,6 +34,7 @@ Which statuses consume (the billing rule):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone
 from functools import cached_property
@@ -141,6 +144,18 @@ class CostReport:
         return total
 
 
+def pricing_params(pricing: Pricing | None) -> dict:
+    """The pricing as the cost queries take it: $gpu_prices and $rates (NULL: hours only)."""
+    return {"gpu_prices": None if pricing is None else pricing.gpu_rules(),
+            "rates": None if pricing is None else pricing.rate_rows()}
+
+
+def priced_with(pricing: Pricing | None) -> str:
+    """What the writer's kept report rows were priced with (usage_rollup.priced_with): the prices
+    themselves, not the file's name, so a report reads them only when it would price them the same."""
+    return json.dumps(pricing_params(pricing), sort_keys=True, separators=(",", ":"))
+
+
 def row_columns(by) -> tuple[str, ...]:
     """The dimensions a row carries: those asked for, in their order; a workload brings its cluster,
     namespace and framework (just before it, unless asked for already)."""
@@ -183,8 +198,7 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),
         frameworks=None if frameworks is None else list(frameworks),
-        gpu_prices=None if pricing is None else pricing.gpu_rules(),
-        rates=None if pricing is None else pricing.rate_rows())
+        **pricing_params(pricing), **({"priced_with": priced_with(pricing)} if query == "cost_by_workload_daily" else {}))
     if by_workload:
         table = _workload_rows(table)
     return CostReport(since, until, step, by, columns, tuple(statuses),
@@ -204,9 +218,12 @@ def _workload_rows(result: pa.Table) -> pa.Table:
     groups = result.slice(result.num_rows - n_workloads)
     if rows.column("period_start").null_count or groups.column("period_start").null_count != n_workloads:
         raise RuntimeError("cost_by_workload.sql: the workload rows are not after the report rows")
-    if not pc.all(pc.equal(groups.column("wid"), pa.array(range(n_workloads), pa.int32()))).as_py():
-        groups = groups.take(pc.sort_indices(groups.column("wid")))  # row i: wid i (the queries give them so)
     wid = rows.column("wid")
+    if not pc.all(pc.equal(groups.column("wid"), pa.array(range(n_workloads), pa.int32()))).as_py():
+        # wids with gaps (the daily query numbers the workloads as the rollup does; a filter leaves gaps):
+        # the dictionary's entries in wid order, each row's index its wid's place there
+        groups = groups.take(pc.sort_indices(groups.column("wid")))
+        wid = pc.index_in(wid, value_set=groups.column("wid")).cast(pa.int32())
     out = {"period_start": rows.column("period_start"), "period_end": rows.column("period_end")}
     for name in _GROUP_COLUMNS:
         values = groups.column(name).combine_chunks().cast(pa.string())

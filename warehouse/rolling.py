@@ -40,9 +40,16 @@ state in bulk.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, time, timedelta, timezone
 
-from workloadmap.warehouse.costing import CONSUMING, STARTING, UNSPECIFIED_GPU
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from workloadmap.warehouse.costing import (
+    CONSUMING, STARTING, UNSPECIFIED_GPU, priced_with, pricing_params, row_columns)
+from workloadmap.warehouse.pricing import Pricing
+from workloadmap.warehouse.querying import run_query_arrow
 
 ROLLED_STATUSES = CONSUMING + STARTING
 ROLL_UP_STATES = 100_000  # states between two passes of the writer
@@ -139,11 +146,19 @@ WHERE $horizon IS NOT NULL AND coalesce(rolled_to, valid_from) < $horizon
 
 _ADVANCE = "UPDATE usage_rollup SET rolled_seq = $to_seq, horizon = coalesce($horizon, horizon)"
 
-# The exact path (a workload's intervals rebuilt from its history): its rollup rows go too.
-DROP_ROLLED = """
+# Days whose rollup rows changed: their kept report rows are no longer read.
+_STALE_COSTS = "UPDATE usage_rollup SET costs_to = least(costs_to, $from_day)"
+
+# The exact path (a workload's intervals rebuilt from its history): its rollup rows go too, and the
+# kept report rows of their days are no longer read (costs_to comes back to the first).
+DROP_ROLLED = ("""
+UPDATE usage_rollup SET costs_to = least(costs_to, (
+    SELECT min(day) FROM daily_usage
+    WHERE workload IN (SELECT w.workload FROM usage_workloads w JOIN wm_rebuild r ON r.cluster = w.cluster AND r.uid = w.uid)))
+""", """
 DELETE FROM daily_usage
 WHERE workload IN (SELECT w.workload FROM usage_workloads w JOIN wm_rebuild r ON r.cluster = w.cluster AND r.uid = w.uid)
-"""
+""")
 
 STATE = "SELECT rolled_seq, epoch_us(horizon) FROM usage_rollup"
 
@@ -173,8 +188,56 @@ def roll_up(conn, *, from_seq: int, to_seq: int, horizon_us: int | None) -> int:
     if from_day is not None:
         conn.execute(_MARK_SHARED, {"from_day": from_day}).fetchall()  # the rows already there, before the new ones join
         added = conn.execute(_INSERT_DAYS, {"from_day": from_day}).fetchone()[0]
+        conn.execute(_STALE_COSTS, {"from_day": from_day}).fetchall()
     conn.execute(_ADVANCE_OPEN, {"horizon": horizon, "statuses": statuses}).fetchall()
     conn.execute(_ADVANCE, {"to_seq": to_seq, "horizon": horizon}).fetchall()
     conn.execute("DROP TABLE wm_portions")
     conn.execute("DROP TABLE wm_days")
     return added
+
+
+_KEEP = """
+INSERT INTO daily_costs
+SELECT DATE '1970-01-01' + floor(epoch(period_start) / 86400)::INTEGER, place, wid + 1, gpu_hours, resource, entries,
+       cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost, memory_cost, unpriced
+FROM wm_costs
+"""
+
+
+def keep_costs(conn, pricing: Pricing | None) -> int:
+    """Inside the caller's transaction, after a pass: the daily cost report by workload of the finished
+    days (before the horizon) whose rollup changed since they were kept, or of every day when `pricing`
+    is not what they were priced with, into daily_costs.  Returns the rows written.
+
+    Why: the report of a year by day and workload is 5 M rows; computed, even from the rollup, they
+    are priced and sorted by cost at every report (~2.5 s); kept, a report reads them in order
+    (``queries/cost_by_workload_daily.sql``).  The rows are that query's, for the days
+    [costs_to, horizon), billing Running and Degraded, grouped by workload (``row_columns``), with
+    their place in their day.  A finished day changes only when a pass adds rows to it (a lagging
+    cluster, a rebuilt workload) or a rebuild drops its rows; both bring costs_to back to that day.
+    """
+    key = priced_with(pricing)
+    kept_with, costs_to, horizon, first = conn.execute(
+        "SELECT priced_with, costs_to, horizon, (SELECT min(day) FROM daily_usage) FROM usage_rollup").fetchall()[0]
+    if horizon is None:
+        return 0
+    end = horizon.astimezone(timezone.utc).date()  # a UTC midnight
+    if kept_with != key:
+        conn.execute("DELETE FROM daily_costs").fetchall()
+        costs_to = None
+    start = first if costs_to is None else costs_to
+    written = 0
+    if start is not None and start < end:
+        conn.execute("DELETE FROM daily_costs WHERE day >= $start", {"start": start}).fetchall()
+        since, until = (datetime.combine(d, time(), timezone.utc) for d in (start, end))
+        table = run_query_arrow(conn, "cost_by_workload_daily", since=since, until=until, as_of=until,
+                                step=timedelta(days=1), statuses=list(CONSUMING), by=list(row_columns(("workload",))),
+                                priced_with=None, **pricing_params(pricing))
+        rows = table.filter(pc.is_valid(table.column("period_start")))
+        day = rows.column("period_start").combine_chunks().cast(pa.int64()).to_numpy()
+        place = np.arange(len(day)) - np.searchsorted(day, day)  # the rows come in order, day by day
+        conn.register("wm_costs", rows.append_column("place", pa.array(place.astype(np.int32))))
+        written = conn.execute(_KEEP).fetchall()[0][0]
+        conn.unregister("wm_costs")
+    conn.execute("UPDATE usage_rollup SET priced_with = $key, costs_to = $end", {"key": key, "end": end}).fetchall()
+    return written

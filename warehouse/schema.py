@@ -89,6 +89,11 @@ rolled-up workloads' numbers, ``workload``, and identity) and ``usage_rollup`` (
 open ones are).  ``interval_history.appended_seq`` is the writer's seq when it appended the interval
 (0 before version 7); ``rolled_to`` (on ``interval_history`` and ``workload_current``) is where the
 rollup of an interval that was open stops: its days before that instant are in ``daily_usage``.
+
+Version 8 keeps the daily cost report by workload of the finished days (``rolling.keep_costs``):
+``daily_costs`` holds each day's report rows (``place``: their order in the day; ``workload``:
+``usage_workloads``' number) for the days before ``usage_rollup.costs_to``, priced as
+``usage_rollup.priced_with`` says (``costing.priced_with``).
 """
 
 from __future__ import annotations
@@ -308,6 +313,26 @@ SELECT * EXCLUDE (record), {COMPONENTS_OF_RECORD} AS components, record FROM sta
 )""",
         "CREATE TABLE usage_rollup (rolled_seq BIGINT NOT NULL, horizon TIMESTAMPTZ)",
         "INSERT INTO usage_rollup VALUES (-1, NULL)",
+    )),
+    # The report rows of the finished days (warehouse/rolling.py, keep_costs): even from the rollup,
+    # a year of daily cost by workload is 5 M rows to price and sort by cost at every report.
+    Migration(8, "daily cost report rows kept by the writer: daily_costs", (
+        """CREATE TABLE daily_costs (
+    day              DATE NOT NULL,
+    place            INTEGER NOT NULL,
+    workload         INTEGER NOT NULL,
+    gpu_hours        DOUBLE,
+    resource         VARCHAR,
+    entries          STRUCT("key" VARCHAR, "value" DOUBLE)[],
+    cpu_core_hours   DOUBLE,
+    memory_gib_hours DOUBLE,
+    gpu_cost         DOUBLE,
+    cpu_cost         DOUBLE,
+    memory_cost      DOUBLE,
+    unpriced         STRUCT("cluster" VARCHAR, resource VARCHAR, hours DOUBLE)[]
+)""",
+        "ALTER TABLE usage_rollup ADD COLUMN priced_with VARCHAR",
+        "ALTER TABLE usage_rollup ADD COLUMN costs_to DATE",
     )),
 )
 

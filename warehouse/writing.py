@@ -45,8 +45,9 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
     DEADLETTER_TOPIC, DELETED, EVENT_TYPES, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
-from workloadmap.warehouse import rolling
+from workloadmap.warehouse import costing, rolling
 from workloadmap.warehouse.deletions import DeletedWorkloads
+from workloadmap.warehouse.pricing import Pricing
 from workloadmap.warehouse.schema import migrate
 
 log = logging.getLogger(__name__)
@@ -487,9 +488,10 @@ class Warehouse:
     processes read a ``snapshot``.
     """
 
-    def __init__(self, path: str | os.PathLike, *, consumer: str = DEFAULT_CONSUMER):
+    def __init__(self, path: str | os.PathLike, *, consumer: str = DEFAULT_CONSUMER, pricing: Pricing | None = None):
         self.path = Path(path)
         self.consumer = consumer
+        self.pricing = pricing  # what the kept daily cost rows are priced with (rolling.keep_costs)
         # The file is attached with row groups of ROW_GROUP_ROWS (2,048, DuckDB's smallest): once a
         # transaction appends at least a row group's rows, DuckDB writes them straight into the
         # file, compressed, at its commit (its "optimistic writes"), instead of into the WAL first
@@ -517,9 +519,12 @@ class Warehouse:
             "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
         self._lock = threading.Lock()
-        if self._rolled_seq < 0 < self._next_seq:  # a history from before the rollup (schema 7): roll it up now
+        kept_with, = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchone()
+        if self._next_seq > 0 and (self._rolled_seq < 0 or kept_with != costing.priced_with(pricing)):
+            # a history from before the rollup (schema 7) or the kept cost rows (schema 8), or priced
+            # otherwise: now, not in the first batch
             log.info("rolling up the history of %s (%d states) for the cost reports", self.path, self._next_seq)
-            self._roll_up()
+            self._roll_up(keep_costs=True)
 
     # ------------------------------------------------------------------ writing
 
@@ -564,17 +569,20 @@ class Warehouse:
             return result
 
     def roll_up(self) -> int:
-        """Bring the daily rollup (rolling.py) up to date now; returns the rows added.  The writer also
-        does it every rolling.ROLL_UP_STATES states, before a snapshot and when it closes."""
+        """Bring the daily rollup (rolling.py) and the kept daily cost rows up to date now; returns the
+        rollup rows added.  The writer also rolls up every rolling.ROLL_UP_STATES states, and does both
+        before a snapshot and when it closes (the kept rows are for readers)."""
         with self._lock:
-            return self._roll_up()
+            return self._roll_up(keep_costs=True)
 
-    def _roll_up(self) -> int:
+    def _roll_up(self, *, keep_costs: bool = False) -> int:
         conn = self.conn
         horizon = rolling.horizon_of(self._latest_observed, self._horizon, time.time_ns() // 1000)
         conn.execute("BEGIN TRANSACTION")
         try:
             added = rolling.roll_up(conn, from_seq=self._rolled_seq, to_seq=self._next_seq, horizon_us=horizon)
+            if keep_costs:
+                rolling.keep_costs(conn, self.pricing)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -733,7 +741,8 @@ class Warehouse:
                 steps.setdefault((h[0], h[1]), []).append(
                     (h[9], h[10], False, h[:8], h[8], (*h[12:16], _gpu_map(h[16])), h[11], None))
             conn.execute(_DELETE_REBUILT).fetchall()
-            conn.execute(rolling.DROP_ROLLED).fetchall()
+            for statement in rolling.DROP_ROLLED:
+                conn.execute(statement).fetchall()
         for seq, i in enumerate(new, start=seq0 + 1):
             r = rows[i]
             steps.setdefault((r[_C], r[_U]), []).append((r[_OBS], seq, False, r[:8], r[_ST], r[_PODS:], r[_VK], None))
@@ -814,7 +823,7 @@ class Warehouse:
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
         tmp.unlink(missing_ok=True)
         with self._lock:
-            self._roll_up()  # readers get the rollup up to date
+            self._roll_up(keep_costs=True)  # readers get the rollup and the kept cost rows up to date
             self.conn.execute("ATTACH ? AS snapshot_copy", [str(tmp)])
             try:
                 name = self.conn.execute("SELECT current_database()").fetchone()[0]
@@ -825,11 +834,11 @@ class Warehouse:
         return dest
 
     def close(self) -> None:
-        """Roll up what is new (readers of the stopped file get the rollup up to date) and close."""
+        """Roll up what is new and keep the finished days' cost rows (for readers of the stopped file), and close."""
         with self._lock:
             try:
-                if self._next_seq > self._rolled_seq:
-                    self._roll_up()
+                if self._next_seq > 0:
+                    self._roll_up(keep_costs=True)
             finally:
                 self.conn.close()
 

@@ -14,10 +14,17 @@
 -- Rows of a (day, workload) that has several (daily_usage.shared: other GPU resources, passes;
 -- shared_across: the other class, when both are billed; or days also computed here) are summed;
 -- the others are taken as they are.
+-- Faster still, the days whose report rows the writer keeps (daily_costs, rolling.keep_costs: the
+-- days before usage_rollup.costs_to, priced as $priced_with says, in order) are read as they are:
+-- when the report bills Running and Degraded, groups by costing.row_columns(['workload']) and is
+-- priced as they were, up to the first day that has a part computed here.  The others are
+-- computed from the rollup and the intervals, and ordered by cost, GPU-hours, then the order of
+-- $by's columns and uid.
 -- Rows: as cost_by_workload.sql: first the report's rows, in order:
 --   period_start, period_end, wid, gpu_hours, resource, entries, cpu_core_hours, memory_gib_hours,
 --   gpu_cost, cpu_cost, memory_cost, cost, unpriced;
 -- then one row per workload (period_start NULL): wid, cluster, namespace, framework, uid, kind, name.
+-- wid: the workload's number in usage_workloads - 1; the workloads not rolled up yet come after.
 -- Parameters: as in cost_by_workload.sql
 --   $since, $until  TIMESTAMPTZ, the window ($since at 00:00 UTC)
 --   $as_of          TIMESTAMPTZ, where open intervals end; NULL = now()
@@ -28,13 +35,20 @@
 --                   VARCHAR[] filters, NULL = no filter
 --   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
 --   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
+--   $priced_with    VARCHAR, costing.priced_with($gpu_prices, $rates): the kept rows are read if
+--                   they were priced so; NULL: they are not read
 WITH bounds AS (
     SELECT since_s, until_s, as_of_s, floor(since_s / 86400)::BIGINT AS day0,
            floor(least(until_s, as_of_s) / 86400)::BIGINT AS cut_day, rolled_seq, statuses,
-           list_has_any(statuses, ['Initializing', 'Resuming']) AS starting
+           list_has_any(statuses, ['Initializing', 'Resuming']) AS starting,
+           CASE WHEN priced_with = CAST($priced_with AS VARCHAR) AND NOT list_has_any(statuses, ['Initializing', 'Resuming'])
+                     AND CAST($by AS VARCHAR[]) = ['cluster', 'namespace', 'framework', 'workload']
+                     AND $clusters IS NULL AND $namespaces IS NULL AND $frameworks IS NULL
+                THEN costs_to END AS kept_to  -- days before it: read from daily_costs
     FROM (SELECT epoch(CAST($since AS TIMESTAMPTZ)) AS since_s, epoch(CAST($until AS TIMESTAMPTZ)) AS until_s,
                  epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now())) AS as_of_s,
-                 (SELECT rolled_seq FROM usage_rollup) AS rolled_seq,
+                 (SELECT rolled_seq FROM usage_rollup) AS rolled_seq, (SELECT priced_with FROM usage_rollup) AS priced_with,
+                 (SELECT costs_to - DATE '1970-01-01' FROM usage_rollup) AS costs_to,
                  list_sort(list_distinct(coalesce(CAST($statuses AS VARCHAR[]), ['Running', 'Degraded']))) AS statuses)
     WHERE CASE WHEN statuses NOT IN (['Degraded', 'Running'], ['Degraded', 'Initializing', 'Resuming', 'Running'])
                THEN error('cost_by_workload_daily: the statuses must be Running and Degraded, with or without '
@@ -72,26 +86,34 @@ live AS (  -- intervals, clipped: s0 .. s1 is what the rollup does not hold (r: 
       AND greatest(epoch(i.valid_from), b.since_s, least(i.r, b.cut_day * 86400))
           < least(coalesce(epoch(i.valid_to), b.as_of_s), b.until_s)
 ),
-workloads AS (  -- the rolled-up workloads and those only here; wid: place in the order of $by's columns, then uid
-    SELECT (row_number() OVER (ORDER BY
-               coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               uid) - 1)::INTEGER AS wid,
-           dense_rank() OVER (ORDER BY cluster)::INTEGER AS cid, *
-    FROM (SELECT workload, cluster, uid, namespace, framework, kind, name FROM usage_workloads w
-          WHERE ($clusters IS NULL OR list_contains($clusters, w.cluster))
-            AND ($namespaces IS NULL OR list_contains($namespaces, w.namespace))
-            AND ($frameworks IS NULL OR list_contains($frameworks, w.framework))
-          UNION ALL
-          SELECT NULL, cluster, uid, any_value(namespace), any_value(framework), any_value(kind), any_value(name)
+named AS (  -- the rolled-up workloads (wid: their number - 1) and those only here (numbered after them)
+    SELECT workload - 1 AS wid, workload, cluster, uid, namespace, framework, kind, name FROM usage_workloads w
+    WHERE ($clusters IS NULL OR list_contains($clusters, w.cluster))
+      AND ($namespaces IS NULL OR list_contains($namespaces, w.namespace))
+      AND ($frameworks IS NULL OR list_contains($frameworks, w.framework))
+    UNION ALL
+    SELECT ((SELECT coalesce(max(workload), 0) FROM usage_workloads) + row_number() OVER (ORDER BY cluster, uid) - 1)::INTEGER,
+           NULL, *
+    FROM (SELECT cluster, uid, any_value(namespace), any_value(framework), any_value(kind), any_value(name)
           FROM live l WHERE NOT EXISTS (SELECT 1 FROM usage_workloads w WHERE w.cluster = l.cluster AND w.uid = l.uid)
           GROUP BY cluster, uid)
+),
+workloads AS (  -- cid: the cluster's place among them
+    SELECT list_position((SELECT list(DISTINCT cluster ORDER BY cluster) FROM named), cluster)::INTEGER AS cid, *
+    FROM named
+),
+span AS (  -- from_day: the first day computed here, from the rollup and the intervals; before it, the kept rows
+    SELECT b.*, greatest(b.day0, least(b.cut_day, coalesce(b.kept_to, b.day0),
+                                       coalesce((SELECT min(floor(s0 / 86400))::BIGINT FROM live), b.cut_day))) AS from_day
+    FROM bounds b
+),
+kept AS (  -- the writer's report rows of the days before from_day (rolling.keep_costs), in the table's order
+           -- (theirs: DuckDB keeps a table's order through a scan, WHERE, scalar subqueries and UNION ALL)
+    SELECT (c.day - DATE '1970-01-01' - (SELECT day0 FROM bounds))::INTEGER AS k, c.place, c.workload - 1 AS wid, c.gpu_hours, c.resource,
+           c.entries, c.cpu_core_hours, c.memory_gib_hours, c.gpu_cost, c.cpu_cost, c.memory_cost, c.unpriced
+    FROM daily_costs c
+    WHERE c.day >= DATE '1970-01-01' + (SELECT day0 FROM span)::INTEGER
+      AND c.day < DATE '1970-01-01' + (SELECT from_day FROM span)::INTEGER
 ),
 live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU and memory on the first)
     SELECT (d - day0)::INTEGER AS k, wid, cid, e.resource,
@@ -107,12 +129,12 @@ live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU
                                                                   'g': map_values(l.gpu_map)[j], 'first': j = 1}) END) AS e
                 FROM live l JOIN workloads w ON w.cluster = l.cluster AND w.uid = l.uid, bounds b))
 ),
-rolled AS NOT MATERIALIZED (  -- the rollup's rows of whole days before the cut; summed: shared, or also in live_usage
+rolled AS NOT MATERIALIZED (  -- the rollup's rows of whole days from from_day to the cut; summed: shared, or also in live_usage
     SELECT (u.day - DATE '1970-01-01' - b.day0)::INTEGER AS k, w.wid, w.cid, u.resource,
            u.gpu_seconds AS gs, u.cpu_seconds AS cs, u.memory_gib_seconds AS ms,
            u.shared OR (b.starting AND u.shared_across) AS shared
-    FROM daily_usage u JOIN workloads w ON w.workload = u.workload, bounds b
-    WHERE u.day >= DATE '1970-01-01' + b.day0::INTEGER AND u.day < DATE '1970-01-01' + b.cut_day::INTEGER
+    FROM daily_usage u JOIN workloads w ON w.workload = u.workload, span b
+    WHERE u.day >= DATE '1970-01-01' + b.from_day::INTEGER AND u.day < DATE '1970-01-01' + b.cut_day::INTEGER
       AND (b.starting OR NOT u.starting)
 ),
 lone AS (  -- rows that are their (day, workload)'s only one
@@ -129,6 +151,22 @@ summed AS (
     SELECT k, wid, cid, sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, min(resource) AS resource,
            min(resource) <> max(resource) AS mixed
     FROM several GROUP BY k, wid, cid
+),
+ranked AS (  -- the workloads of the rows computed here in the order of $by's columns, then uid
+    SELECT wid, row_number() OVER (ORDER BY
+               coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+               uid) AS place
+    FROM workloads w
+    WHERE w.wid IN (SELECT wid FROM live_usage)
+       OR w.workload IN (SELECT u.workload FROM daily_usage u, span s
+                         WHERE u.day >= DATE '1970-01-01' + s.from_day::INTEGER AND u.day < DATE '1970-01-01' + s.cut_day::INTEGER)
 ),
 clusters AS (SELECT DISTINCT cid, cluster FROM workloads),
 resources AS (SELECT NULL::VARCHAR AS resource  -- no GPU: every cluster's rates
@@ -200,9 +238,16 @@ SELECT to_timestamp(((SELECT day0 FROM bounds) + k) * 86400) AS period_start,
        CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END AS cost,
        CASE WHEN $gpu_prices IS NOT NULL THEN unpriced END AS unpriced,
        NULL AS cluster, NULL AS namespace, NULL AS framework, NULL AS uid, NULL AS kind, NULL AS name
-FROM (SELECT * FROM priced  -- the sort carries numbers, the resource name and the rare lists; the times are made after it
-      ORDER BY k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost + cpu_cost + memory_cost END, gpu_hours) DESC,
-               gpu_hours DESC, wid)
+FROM (SELECT * FROM (SELECT k, wid, gpu_hours, resource, entries, cpu_core_hours, memory_gib_hours, gpu_cost, cpu_cost,
+                            memory_cost, unpriced
+                     FROM kept)
+      UNION ALL  -- then the days computed here: the sort carries numbers, the resource name and the rare lists
+      SELECT * FROM (SELECT p.k, p.wid, p.gpu_hours, p.resource, p.entries, p.cpu_core_hours, p.memory_gib_hours, p.gpu_cost,
+                            p.cpu_cost, p.memory_cost, p.unpriced
+                     FROM priced p JOIN ranked r ON r.wid = p.wid
+                     ORDER BY p.k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN p.gpu_cost + p.cpu_cost + p.memory_cost END,
+                                            p.gpu_hours) DESC,
+                              p.gpu_hours DESC, r.place))
 UNION ALL
 SELECT * FROM (SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                       cluster, namespace, framework, uid, kind, name
