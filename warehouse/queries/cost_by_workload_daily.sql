@@ -98,10 +98,6 @@ named AS (  -- the rolled-up workloads (wid: their number - 1) and those only he
           FROM live l WHERE NOT EXISTS (SELECT 1 FROM usage_workloads w WHERE w.cluster = l.cluster AND w.uid = l.uid)
           GROUP BY cluster, uid)
 ),
-workloads AS (  -- cid: the cluster's place among them
-    SELECT list_position((SELECT list(DISTINCT cluster ORDER BY cluster) FROM named), cluster)::INTEGER AS cid, *
-    FROM named
-),
 span AS (  -- from_day: the first day computed here, from the rollup and the intervals; before it, the kept rows
     SELECT b.*, greatest(b.day0, least(b.cut_day, coalesce(b.kept_to, b.day0),
                                        coalesce((SELECT min(floor(s0 / 86400))::BIGINT FROM live), b.cut_day))) AS from_day
@@ -115,14 +111,35 @@ kept AS (  -- the writer's report rows of the days before from_day (rolling.keep
     WHERE c.day >= DATE '1970-01-01' + (SELECT day0 FROM span)::INTEGER
       AND c.day < DATE '1970-01-01' + (SELECT from_day FROM span)::INTEGER
 ),
+workloads AS (  -- those of the rows computed here (all when none is kept), with their place in the order of $by's
+                -- columns, then uid, and their cluster's among the clusters (cid)
+    SELECT list_position((SELECT list(DISTINCT cluster ORDER BY cluster) FROM named), cluster)::INTEGER AS cid,
+           row_number() OVER (ORDER BY
+                   coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                            WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+                   coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                            WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+                   coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                            WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+                   coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
+                            WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
+                   uid) AS place, *
+    FROM named n
+    WHERE (SELECT from_day = day0 FROM span) OR n.workload IS NULL
+       OR n.workload IN (SELECT u.workload FROM daily_usage u
+                         WHERE (SELECT from_day > day0 FROM span)
+                           AND u.day >= DATE '1970-01-01' + (SELECT from_day FROM span)::INTEGER
+                           AND u.day < DATE '1970-01-01' + (SELECT cut_day FROM bounds)::INTEGER)
+       OR (n.cluster, n.uid) IN (SELECT cluster, uid FROM live WHERE (SELECT from_day > day0 FROM span))
+),
 live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU and memory on the first)
-    SELECT (d - day0)::INTEGER AS k, wid, cid, e.resource,
+    SELECT (d - day0)::INTEGER AS k, wid, cid, place, e.resource,
            (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * e.g AS gs,
            CASE WHEN e.first THEN (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * cpu ELSE 0.0 END AS cs,
            CASE WHEN e.first THEN (least(s1, (d + 1) * 86400.0) - greatest(s0, d * 86400.0)) * memory_gib ELSE 0.0 END
                AS ms
     FROM (SELECT *, unnest(range(floor(s0 / 86400)::BIGINT, ceil(s1 / 86400)::BIGINT)) AS d
-          FROM (SELECT w.wid, w.cid, b.day0, l.s0, l.s1, l.cpu, l.memory / 1073741824.0 AS memory_gib,
+          FROM (SELECT w.wid, w.cid, w.place, b.day0, l.s0, l.s1, l.cpu, l.memory / 1073741824.0 AS memory_gib,
                        unnest(CASE WHEN l.gpu_map IS NULL THEN [{'resource': NULL::VARCHAR, 'g': 0.0, 'first': true}]
                                    ELSE list_transform(range(1, cardinality(l.gpu_map)::BIGINT + 1),
                                                        lambda j: {'resource': map_keys(l.gpu_map)[j],
@@ -130,12 +147,13 @@ live_usage AS (  -- the live parts per day (k: the period) and GPU resource (CPU
                 FROM live l JOIN workloads w ON w.cluster = l.cluster AND w.uid = l.uid, bounds b))
 ),
 rolled AS NOT MATERIALIZED (  -- the rollup's rows of whole days from from_day to the cut; summed: shared, or also in live_usage
-    SELECT (u.day - DATE '1970-01-01' - b.day0)::INTEGER AS k, w.wid, w.cid, u.resource,
+    SELECT (u.day - DATE '1970-01-01' - (SELECT day0 FROM bounds))::INTEGER AS k, w.wid, w.cid, w.place, u.resource,
            u.gpu_seconds AS gs, u.cpu_seconds AS cs, u.memory_gib_seconds AS ms,
-           u.shared OR (b.starting AND u.shared_across) AS shared
-    FROM daily_usage u JOIN workloads w ON w.workload = u.workload, span b
-    WHERE u.day >= DATE '1970-01-01' + b.from_day::INTEGER AND u.day < DATE '1970-01-01' + b.cut_day::INTEGER
-      AND (b.starting OR NOT u.starting)
+           u.shared OR ((SELECT starting FROM bounds) AND u.shared_across) AS shared
+    FROM daily_usage u JOIN workloads w ON w.workload = u.workload
+    WHERE u.day >= DATE '1970-01-01' + (SELECT from_day FROM span)::INTEGER
+      AND u.day < DATE '1970-01-01' + (SELECT cut_day FROM bounds)::INTEGER
+      AND ((SELECT starting FROM bounds) OR NOT u.starting)
 ),
 lone AS (  -- rows that are their (day, workload)'s only one
     SELECT * EXCLUDE (shared) FROM rolled r
@@ -148,25 +166,9 @@ several AS (
     SELECT * FROM live_usage
 ),
 summed AS (
-    SELECT k, wid, cid, sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, min(resource) AS resource,
+    SELECT k, wid, cid, place, sum(gs) AS gs, sum(cs) AS cs, sum(ms) AS ms, min(resource) AS resource,
            min(resource) <> max(resource) AS mixed
-    FROM several GROUP BY k, wid, cid
-),
-ranked AS (  -- the workloads of the rows computed here in the order of $by's columns, then uid
-    SELECT wid, row_number() OVER (ORDER BY
-               coalesce(CASE CAST($by AS VARCHAR[])[1] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[2] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[3] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
-                        WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-               uid) AS place
-    FROM workloads w
-    WHERE w.wid IN (SELECT wid FROM live_usage)
-       OR w.workload IN (SELECT u.workload FROM daily_usage u, span s
-                         WHERE u.day >= DATE '1970-01-01' + s.from_day::INTEGER AND u.day < DATE '1970-01-01' + s.cut_day::INTEGER)
+    FROM several GROUP BY k, wid, cid, place
 ),
 clusters AS (SELECT DISTINCT cid, cluster FROM workloads),
 resources AS (SELECT NULL::VARCHAR AS resource  -- no GPU: every cluster's rates
@@ -205,7 +207,7 @@ price_lists AS (
     GROUP BY l.names, l.clusters
 ),
 priced AS (  -- the rows priced: one resource, priced (or no pricing): its name; else the map as entries, with the unpriced hours
-    SELECT r.k, r.wid, r.gs / 3600.0 AS gpu_hours, r.cs / 3600.0 AS cpu_core_hours, r.ms / 3600.0 AS memory_gib_hours,
+    SELECT r.k, r.wid, r.place, r.gs / 3600.0 AS gpu_hours, r.cs / 3600.0 AS cpu_core_hours, r.ms / 3600.0 AS memory_gib_hours,
            r.gs * coalesce(r.gpu[r.i], 0.0) / 3600.0 AS gpu_cost, r.cs * r.cpu[r.i] / 3600.0 AS cpu_cost,
            r.ms * r.memory[r.i] / 3600.0 AS memory_cost,
            CASE WHEN $gpu_prices IS NULL OR r.resource IS NULL OR r.gpu[r.i] IS NOT NULL THEN r.resource END AS resource,
@@ -216,7 +218,7 @@ priced AS (  -- the rows priced: one resource, priced (or no pricing): its name;
     FROM (SELECT r.*, l.*, (r.cid - 1) * (len(l.names) + 1) + coalesce(list_position(l.names, r.resource), 0) + 1 AS i
           FROM lone r, price_lists l) r
     UNION ALL
-    SELECT r.k, r.wid, r.gs / 3600.0, r.cs / 3600.0, r.ms / 3600.0,
+    SELECT r.k, r.wid, r.place, r.gs / 3600.0, r.cs / 3600.0, r.ms / 3600.0,
            CASE WHEN r.mixed THEN m.gpu_cost ELSE r.gs * coalesce(p.price, 0.0) / 3600.0 END,
            r.cs * p.cpu / 3600.0, r.ms * p.memory / 3600.0,
            CASE WHEN NOT r.mixed AND ($gpu_prices IS NULL OR r.resource IS NULL OR p.price IS NOT NULL) THEN r.resource END,
@@ -244,11 +246,11 @@ FROM (SELECT * FROM (SELECT k, wid, gpu_hours, resource, entries, cpu_core_hours
       UNION ALL  -- then the days computed here: the sort carries numbers, the resource name and the rare lists
       SELECT * FROM (SELECT p.k, p.wid, p.gpu_hours, p.resource, p.entries, p.cpu_core_hours, p.memory_gib_hours, p.gpu_cost,
                             p.cpu_cost, p.memory_cost, p.unpriced
-                     FROM priced p JOIN ranked r ON r.wid = p.wid
+                     FROM priced p
                      ORDER BY p.k, coalesce(CASE WHEN $gpu_prices IS NOT NULL THEN p.gpu_cost + p.cpu_cost + p.memory_cost END,
                                             p.gpu_hours) DESC,
-                              p.gpu_hours DESC, r.place))
+                              p.gpu_hours DESC, p.place))
 UNION ALL
 SELECT * FROM (SELECT NULL, NULL, wid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                       cluster, namespace, framework, uid, kind, name
-               FROM workloads ORDER BY wid)
+               FROM named ORDER BY wid)
