@@ -34,13 +34,21 @@ def run_processors(**options):
               help="Also keep a read-only copy of the warehouse here (refreshed every --snapshot-every seconds) "
                    "for queries while the writer runs.")
 @click.option("--snapshot-every", type=float, default=60.0, show_default=True)
+@click.option("--pricing", "pricing", default=None, type=click.Path(dir_okay=False),
+              help="Pricing file (as `cost --pricing`; or WORKLOADMAP_PRICING): the writer keeps the finished days' "
+                   "cost rows by workload priced with it, so daily reports by workload with it read them.")
 @settings_options
 def run_warehouse(snapshot_path, snapshot_every, **options):
     """Write workload records and transitions into the DuckDB warehouse (the single writer)."""
     from workloadmap import running
+    from workloadmap.warehouse.pricing import PricingError
 
-    totals = running.run_warehouse(from_options(options), snapshot_path=snapshot_path,
-                                   snapshot_every=snapshot_every)
+    settings = from_options(options)
+    try:
+        running.pricing_of(settings)
+    except PricingError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pricing") from None
+    totals = running.run_warehouse(settings, snapshot_path=snapshot_path, snapshot_every=snapshot_every)
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "
                f"written; {totals.duplicates} duplicates dropped", err=True)
 

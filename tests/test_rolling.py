@@ -308,3 +308,103 @@ def test_a_record_from_a_clock_ahead_does_not_roll_the_open_intervals_into_the_f
         wh.write([record(0, "c1", now - DAY / 2, "Degraded", 1, 3)])
         assert cur.execute(rows).fetchall() == rolled
         assert cur.execute("SELECT count(*) FROM interval_history WHERE uid = 'uid-0'").fetchall() == [(1,)]
+
+
+def kept_rows(cur) -> list[tuple]:
+    return cur.execute("""SELECT day, place, uid, gpu_hours, round(cost, 6) FROM (
+                              SELECT *, gpu_cost + cpu_cost + memory_cost AS cost FROM daily_costs)
+                          JOIN usage_workloads USING (workload) ORDER BY day, place""").fetchall()
+
+
+def test_the_writer_keeps_the_finished_days_cost_rows_in_order(tmp_path):
+    """Hand-computed: 8 GPUs (c1, 2.50 an hour) from 11-01 12:00, 4 GPUs (c2, 3.10) from 11-01 00:00 and a
+    GPU-less workload (2 cores, 8 GiB) from 06:00, a record of 11-04 10:00 (the horizon: 11-03 00:00): the
+    days 11-01 and 11-02 are kept, each ordered by cost."""
+    pricing = parse_pricing(PRICING)
+    with Warehouse(tmp_path / "w.duckdb", pricing=pricing) as wh:
+        wh.write([record(1, "c2", T0, "Running", 0, 1), record(0, "c1", T0 + timedelta(hours=12), "Running", 1, 2),
+                  record(2, "c1", T0 + timedelta(hours=6), "Running", 6, 3),
+                  record(3, "c1", T0 + timedelta(days=3, hours=10), "Suspended", 0, 4)])
+        cur = wh.cursor()
+        assert kept_rows(cur) == []  # a pass of the writer's own (every so many states) does not keep them
+        wh.roll_up()
+        d0, d1 = T0.date(), (T0 + DAY).date()
+        c1 = lambda gpus, cores, gib, h: round(h * (gpus * 2.5 + cores * 0.03 + gib * 0.004), 6)  # noqa: E731
+        c2 = lambda gpus, cores, gib, h: round(h * (gpus * 3.1 + cores * 0.05 + gib * 0.004), 6)  # noqa: E731
+        assert kept_rows(cur) == [
+            (d0, 0, "uid-1", 96.0, c2(4, 8, 32, 24)), (d0, 1, "uid-0", 96.0, c1(8, 16, 64, 12)),
+            (d0, 2, "uid-2", 0.0, c1(0, 2, 8, 18)),
+            (d1, 0, "uid-0", 192.0, c1(8, 16, 64, 24)), (d1, 1, "uid-1", 96.0, c2(4, 8, 32, 24)),
+            (d1, 2, "uid-2", 0.0, c1(0, 2, 8, 24))]
+        assert cur.execute("SELECT priced_with, costs_to FROM usage_rollup").fetchall() == [
+            (costing.priced_with(pricing), (T0 + 2 * DAY).date())]
+
+
+def test_a_report_reads_the_kept_rows_only_when_they_answer_it(tmp_path):
+    """The kept rows are read by a daily report by workload billing Running and Degraded, unfiltered,
+    priced with the writer's pricing; any other report computes its rows (here: the kept rows are
+    tampered with, so a report that read them would show it)."""
+    pricing = parse_pricing(PRICING)
+    with Warehouse(tmp_path / "w.duckdb", pricing=pricing) as wh:
+        wh.write([record(0, "c1", T0, "Running", 1, 1), record(1, "c2", T0 + timedelta(days=4), "Running", 0, 2)])
+        wh.roll_up()
+        cur = wh.cursor()
+        cur.execute("UPDATE daily_costs SET gpu_hours = gpu_hours + 1000")
+        day = dict(since=T0, until=T0 + 2 * DAY, by=("workload",), step=DAY, as_of=T0 + 5 * DAY)
+        hours = lambda **kw: [r.gpu_hours for r in cost_report(cur, **{**day, **kw}).rows]  # noqa: E731
+        assert hours(pricing=pricing) == [1192.0, 1192.0]
+        assert hours() == hours(pricing=parse_pricing({"default": {"gpu": {"nvidia.com/gpu": 1.0}}})) == [192.0, 192.0]
+        assert hours(pricing=pricing, statuses=costing.consuming_statuses(True)) == [192.0, 192.0]
+        assert hours(pricing=pricing, clusters=["c1"]) == hours(pricing=pricing, by=("namespace", "workload")) == [192.0] * 2
+        # as_of inside the kept days: its day is computed (the open interval ends there), the one before is read
+        assert hours(pricing=pricing, as_of=T0 + timedelta(days=1, hours=6)) == [1192.0, 48.0]
+
+
+def test_kept_rows_whose_days_change_are_not_read_until_kept_again(tmp_path, monkeypatch):
+    """A record inside the rolled-up days (the workload rebuilt) and a lagging cluster's workload that
+    started in a kept day (a pass of the writer's own rolls it up there): costs_to comes back to the
+    first such day, the reports stay the plan's, and the next keep brings it to the horizon again."""
+    monkeypatch.setattr(rolling, "ROLL_UP_STATES", 1)
+    pricing = parse_pricing(PRICING)
+    params = dict(since=T0, until=T0 + 7 * DAY, as_of=T0 + 7 * DAY, step=DAY, statuses=list(costing.CONSUMING),
+                  by=list(costing.row_columns(("workload",))), priced_with=costing.priced_with(pricing),
+                  **costing.pricing_params(pricing))
+    with Warehouse(tmp_path / "w.duckdb", pricing=pricing) as wh:
+        wh.write([record(0, "c1", T0 + timedelta(hours=1), "Running", 1, 1),
+                  record(1, "c1", T0 + timedelta(days=6), "Running", 0, 2)])
+        wh.roll_up()
+        cur = wh.cursor()
+        costs_to = lambda: cur.execute("SELECT costs_to FROM usage_rollup").fetchall()[0][0]  # noqa: E731
+        assert costs_to() == (T0 + 5 * DAY).date()
+        wh.write([record(0, "c1", T0 + timedelta(days=2, hours=12), "Suspended", 1, 3)])  # rebuilt
+        assert costs_to() == T0.date()
+        assert_same_rows(*both_plans(cur, **params))
+        wh.roll_up()
+        assert costs_to() == (T0 + 5 * DAY).date()
+        wh.write([record(7, "c2", T0 + timedelta(days=1, hours=3), "Running", 0, 4)])  # a lagging cluster
+        assert costs_to() == (T0 + DAY).date()
+        daily, plan = both_plans(cur, **params)
+        assert_same_rows(daily, plan)
+        assert sum(r["gpu_hours"] for r in daily if r["uid"] == "uid-7") == pytest.approx(4 * (5 * 24 + 21))
+        wh.roll_up()
+        assert costs_to() == (T0 + 5 * DAY).date()
+        assert ("uid-7" in {r[2] for r in kept_rows(cur) if r[0] == (T0 + DAY).date()})
+        assert_same_rows(*both_plans(cur, **params))
+
+
+def test_the_writer_keeps_the_cost_rows_again_when_its_pricing_changes(tmp_path):
+    path = tmp_path / "w.duckdb"
+    first, second = parse_pricing(PRICING), parse_pricing({"default": {"gpu": {"nvidia.com/gpu": 1.0}}})
+    with Warehouse(path, pricing=first) as wh:
+        wh.write([record(0, "c1", T0, "Running", 1, 1), record(1, "c2", T0 + timedelta(days=3), "Running", 0, 2)])
+    with Warehouse(path, pricing=first) as wh:  # the same prices: kept as they were (tampered: still so)
+        wh.cursor().execute("UPDATE daily_costs SET gpu_cost = -1")
+    with Warehouse(path, pricing=first) as wh:
+        assert {r[0] for r in wh.cursor().execute("SELECT gpu_cost FROM daily_costs").fetchall()} == {-1}
+    with Warehouse(path, pricing=second) as wh:  # other prices: every day kept again, at once
+        cur = wh.cursor()
+        assert cur.execute("SELECT day, gpu_cost FROM daily_costs ORDER BY day").fetchall() == [
+            (T0.date(), 192.0), ((T0 + DAY).date(), 192.0)]
+        assert cur.execute("SELECT priced_with FROM usage_rollup").fetchone()[0] == costing.priced_with(second)
+    with Warehouse(path) as wh:  # no pricing file: hours, no cost
+        assert wh.cursor().execute("SELECT gpu_hours, gpu_cost FROM daily_costs").fetchall() == [(192.0, None)] * 2

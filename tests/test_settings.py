@@ -35,3 +35,22 @@ def test_a_config_file_that_is_not_one(tmp_path, text, reason):
     # the command line shows it as a usage error of --config
     result = CliRunner().invoke(cli, ["run", "warehouse", "--config", str(config)])
     assert result.exit_code == 2 and f"Invalid value for --config: {config}: {reason}" in result.output
+
+
+def test_the_writer_s_pricing_file_is_the_cost_command_s(tmp_path, monkeypatch):
+    """WORKLOADMAP_PRICING (also `cost --pricing`'s variable) or `run warehouse --pricing`: the file the
+    writer keeps the daily cost rows with; a broken one stops the writer before it starts, naming it."""
+    from workloadmap import running
+    from workloadmap.warehouse.pricing import PricingError
+
+    good, bad = tmp_path / "prices.yaml", tmp_path / "bad.yaml"
+    good.write_text("currency: EUR\ndefault:\n  gpu: {nvidia.com/gpu: 2.5}\n")
+    bad.write_text("default:\n  gpu: {nvidia.com/gpu: -1}\n")
+    assert running.pricing_of(load(None)) is None
+    monkeypatch.setenv("WORKLOADMAP_PRICING", str(good))
+    assert running.pricing_of(load(None)).gpu_price("c1", "nvidia.com/gpu") == 2.5
+    with pytest.raises(PricingError, match="bad.yaml"):
+        running.pricing_of(load(None, {"pricing": str(bad)}))
+    monkeypatch.delenv("WORKLOADMAP_PRICING")
+    result = CliRunner().invoke(cli, ["run", "warehouse", "--pricing", str(bad), "--bootstrap-servers", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "Invalid value for --pricing" in result.output and "bad.yaml" in result.output

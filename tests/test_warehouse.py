@@ -328,6 +328,11 @@ def test_migrate_v6_to_v7_rolls_up_the_history_when_the_writer_opens_it(tmp_path
             (len(recs), datetime(2025, 6, 5, tzinfo=timezone.utc))]  # a day behind the last state
         assert cur.execute("SELECT count(DISTINCT workload), min(day), max(day) FROM daily_usage").fetchall() == [
             (3, date(2025, 6, 1), date(2025, 6, 4))]
+        # and the finished days' cost rows kept (schema 8), unpriced: the writer was given no pricing file
+        assert cur.execute("SELECT count(DISTINCT workload), min(day), max(day), count(gpu_cost) FROM daily_costs"
+                           ).fetchall() == [(3, date(2025, 6, 1), date(2025, 6, 4), 0)]
+        assert cur.execute("SELECT costs_to, priced_with FROM usage_rollup").fetchall() == [
+            (date(2025, 6, 5), costing.priced_with(None))]
         since, until = datetime(2025, 6, 1, tzinfo=timezone.utc), datetime(2025, 6, 7, tzinfo=timezone.utc)
         daily = costing.cost_report(cur, since, until, by=("workload",), step=timedelta(days=1), as_of=until)
         whole = costing.cost_report(cur, since, until, by=("workload",), as_of=until)

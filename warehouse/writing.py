@@ -996,6 +996,7 @@ class KafkaWarehouseWriter:
     `security`: extra kafka-python settings for a secured cluster
     (``security_protocol``, ``sasl_mechanism``, ``sasl_plain_username``,
     ``ssl_cafile``, ...), passed to the consumer and the dead-letter producer.
+    `pricing`: what the Warehouse keeps the daily cost rows with (rolling.keep_costs).
     """
 
     def __init__(self, bootstrap_servers, path, topics=(WORKLOADS_TOPIC, TRANSITIONS_TOPIC), *,
@@ -1004,7 +1005,7 @@ class KafkaWarehouseWriter:
                  commit_to_kafka: bool = True, deadletter_topic: str = DEADLETTER_TOPIC,
                  transitions_topic: str = TRANSITIONS_TOPIC,
                  snapshot_path: str | os.PathLike | None = None, snapshot_every_s: float = 60.0,
-                 on_batch=None):
+                 on_batch=None, pricing: Pricing | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.topics = tuple(topics)
         self.group_id = group_id
@@ -1018,7 +1019,7 @@ class KafkaWarehouseWriter:
         self.snapshot_path = snapshot_path
         self.snapshot_every_s = snapshot_every_s
         self.on_batch = on_batch  # called with (WriteResult, message count) after each commit
-        self.warehouse = Warehouse(path, consumer=group_id)
+        self.warehouse = Warehouse(path, consumer=group_id, pricing=pricing)
         # One DuckDB thread: a batch is a dozen small statements, and spread over threads
         # they cost more CPU and wait for cores the processors and the broker also want.
         # Measured on 2 cores, 40,000 records: CPU per row 0.166 ms (one thread) against

@@ -22,6 +22,7 @@ from workloadmap.catalog import Catalog, records
 from workloadmap.ingest.clusters import Cluster, ClusterConfigError, ClusterSpec, connect
 from workloadmap.ingest.publishing import KafkaPublisher
 from workloadmap.ingest.watching import Watching
+from workloadmap.warehouse.pricing import Pricing, load_pricing
 from workloadmap.warehouse.writing import KafkaWarehouseWriter, Warehouse, WriteResult
 
 from .embedding import EmbeddedPipeline
@@ -119,6 +120,13 @@ def run_processors(settings: Settings) -> None:
     faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
 
 
+def pricing_of(settings: Settings) -> Pricing | None:
+    """The pricing file the warehouse writer keeps the finished days' cost rows with (``settings.pricing``,
+    WORKLOADMAP_PRICING: the one `workloadmap cost` reads, so that its reports by day and workload read
+    them); PricingError, naming the file, before anything starts."""
+    return None if not settings.pricing else load_pricing(settings.pricing)
+
+
 def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snapshot_every: float = 60.0,
                   stop: threading.Event | None = None) -> WriteResult:
     """The single writer of the warehouse, until `stop` (default: SIGTERM or SIGINT) is set.
@@ -127,11 +135,12 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     writer closed.  With `snapshot_path`, a read-only copy is kept there,
     refreshed every `snapshot_every` seconds, for readers while it runs.
     """
+    pricing = pricing_of(settings)
     ensure_topics(settings)
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
     writer = KafkaWarehouseWriter(
-        settings.bootstrap_servers, settings.duckdb,
+        settings.bootstrap_servers, settings.duckdb, pricing=pricing,
         topics=(settings.workloads_topic, settings.transitions_topic),
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
@@ -163,7 +172,7 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
     if embedded:
-        warehouse = Warehouse(settings.duckdb)
+        warehouse = Warehouse(settings.duckdb, pricing=pricing_of(settings))
         publisher = EmbeddedPipeline(warehouse, batch=1000)
         target = f"the embedded pipeline into {settings.duckdb}"
     else:

@@ -33,6 +33,7 @@ class Settings:
     deadletter_topic: str = records.DEADLETTER_TOPIC
     definitions_topic: str = records.DEFINITIONS_TOPIC
     duckdb: str = "workloadmap.duckdb"
+    pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"
     partitions: int = 3
     security_protocol: str = "PLAINTEXT"

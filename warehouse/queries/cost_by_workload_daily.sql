@@ -170,7 +170,9 @@ summed AS (
            min(resource) <> max(resource) AS mixed
     FROM several GROUP BY k, wid, cid, place
 ),
-clusters AS (SELECT DISTINCT cid, cluster FROM workloads),
+clusters AS (  -- every cluster, numbered as cid (the prices' lists hold them all, in that order)
+    SELECT (row_number() OVER (ORDER BY cluster))::INTEGER AS cid, cluster FROM (SELECT DISTINCT cluster FROM named)
+),
 resources AS (SELECT NULL::VARCHAR AS resource  -- no GPU: every cluster's rates
               UNION SELECT DISTINCT resource FROM daily_usage UNION SELECT DISTINCT resource FROM live_usage),
 prices AS (  -- per (cluster, GPU resource): the rule of the lowest rank that matches (NULL: none), and the rates
