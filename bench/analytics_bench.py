@@ -189,7 +189,7 @@ def _list(values) -> str:
 
 def generating(path: str, rows: int, states: int) -> tuple[float, float, int, int]:
     """Create the warehouse with the real schema, fill it in SQL, roll it up as the writer does;
-    (seconds, of which the rollup's, states, intervals)."""
+    (seconds, of which the rollup's and the kept cost rows', states, intervals)."""
     start = time.perf_counter()
     with Warehouse(path) as wh:
         conn = wh.cursor()
@@ -237,8 +237,10 @@ def generating(path: str, rows: int, states: int) -> tuple[float, float, int, in
     # would have rolled it up every 100,000 states, each pass adding about the latest days, so the
     # table is in about day order, as here.  (Each interval's appended_seq is the seq of the state that
     # closed it, after the seeding writer's own pass at its close, which then has nothing to roll up.)
-    with Warehouse(path) as wh:
-        wh.roll_up()
+    # The writer opening the file does it, and keeps the finished days' cost rows by workload priced
+    # with the bench's pricing file (rolling.keep_costs), as `run warehouse --pricing` would.
+    with Warehouse(path, pricing=load_pricing(PRICING)):
+        pass
     return time.perf_counter() - start, time.perf_counter() - rolling, n_states, n_intervals
 
 
@@ -282,15 +284,19 @@ def measuring(path: str, *, runs: int = 3, daily_by_workload: bool = True) -> di
                 conn, START, END, by=("workload",), pricing=pricing, as_of=END),
             "cost_year_daily_by_workload": lambda: cost_report(
                 conn, START, END, by=("workload",), step=timedelta(days=1), pricing=pricing, as_of=END),
+            # The same rows computed from the rollup (no pricing: the kept rows are priced, not read).
+            "cost_year_daily_by_workload_unpriced": lambda: cost_report(
+                conn, START, END, by=("workload",), step=timedelta(days=1), as_of=END),
         }
         if not daily_by_workload:
-            del queries["cost_year_daily_by_workload"]
+            del queries["cost_year_daily_by_workload"], queries["cost_year_daily_by_workload_unpriced"]
         for name, query in queries.items():
             print(f"analytics: {name} ...", file=sys.stderr, flush=True)
             # The daily report by workload has millions of rows: one timed run after the warm-up.
-            ms, results[name] = best_of(query, 1 if name == "cost_year_daily_by_workload" else runs)
+            ms, results[name] = best_of(query, 1 if name.startswith("cost_year_daily_by_workload") else runs)
             figures[f"{name}_ms"] = round(ms, 1)
         current = conn.execute("SELECT count(*) FROM workload_current").fetchone()[0]
+        kept = conn.execute("SELECT count(*) FROM daily_costs").fetchone()[0]
     finally:
         conn.close()
     report = results["cost_year_daily_by_namespace"]
@@ -300,6 +306,7 @@ def measuring(path: str, *, runs: int = 3, daily_by_workload: bool = True) -> di
         **figures,
         "capacity_groups": capacity.num_rows,
         "current_workloads": current,
+        "kept_cost_rows": kept,
         "current_running_gpus": sum(capacity.column("running_gpus").to_pylist()),
         "series_rows": results["capacity_series_30d_hourly"].num_rows,
         "cost_rows_by_namespace": report.table.num_rows,
