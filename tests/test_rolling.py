@@ -88,6 +88,18 @@ def write_with_passes(wh, workloads, data) -> None:
                 wh.roll_up()
 
 
+def rows_after_passes(path, workloads, data, *, kept_with=None, since_d, span_h, as_of_h, **params):
+    """Both plans' rows, by UTC day from `since_d` days after T0, on a writer (keeping its cost rows
+    priced with `kept_with`) that wrote the generated history with passes (write_with_passes)."""
+    with Warehouse(path, pricing=kept_with) as wh:
+        write_with_passes(wh, workloads, data)
+        conn = wh.cursor()
+        conn.execute("SET TimeZone = 'UTC'")
+        since = T0 + since_d * DAY
+        return both_plans(conn, since=since, until=since + timedelta(hours=span_h),
+                          as_of=T0 + timedelta(hours=as_of_h), step=DAY, **params)
+
+
 NUMBERS = ("gpu_hours", "cpu_core_hours", "memory_gib_hours", "gpu_cost", "cpu_cost", "memory_cost", "cost")
 CLOSE = dict(rel=1e-9, abs=1e-9)
 
@@ -124,19 +136,11 @@ def test_the_daily_report_from_the_rollup_is_the_plan_s(tmp_path_factory, worklo
     horizon a day behind), records delivered late (older than their workload's latest state, or inside
     its rolled-up days: the exact path drops its rollup rows), windows whose end is not at midnight, an
     as_of before the rolled-up days: the rows read from the rollup are the plan's."""
-    with Warehouse(tmp_path_factory.mktemp("rolling") / "w.duckdb") as wh:
-        write_with_passes(wh, workloads, data)
-        conn = wh.cursor()
-        conn.execute("SET TimeZone = 'UTC'")
-        since = T0 + since_d * DAY
-        until = since + timedelta(hours=span_h)
-        pricing = parse_pricing(PRICING) if priced else None
-        daily, plan = both_plans(
-            conn, since=since, until=until, as_of=T0 + timedelta(hours=as_of_h), step=DAY,
-            statuses=list(costing.consuming_statuses(starting)), by=list(costing.row_columns(by)),
-            namespaces=namespaces, gpu_prices=None if pricing is None else pricing.gpu_rules(),
-            rates=None if pricing is None else pricing.rate_rows())
-    assert_same_rows(daily, plan)
+    pricing = parse_pricing(PRICING) if priced else None
+    assert_same_rows(*rows_after_passes(
+        tmp_path_factory.mktemp("rolling") / "w.duckdb", workloads, data, since_d=since_d, span_h=span_h,
+        as_of_h=as_of_h, statuses=list(costing.consuming_statuses(starting)), by=list(costing.row_columns(by)),
+        namespaces=namespaces, **costing.pricing_params(pricing)))
 
 
 # Longer lives, so that a pass leaves several finished days (a horizon days after the first state).
@@ -157,19 +161,12 @@ def test_the_daily_report_from_the_kept_rows_is_the_plan_s(tmp_path_factory, wor
     """The kept cost rows (rolling.keep_costs) of a writer given a pricing file (or none), read by a
     report by workload billing Running and Degraded priced the same (or not: they are not read), after
     the same batches, late records and passes: the rows, in their order, are the plan's."""
-    kept_with = parse_pricing(PRICING) if kept_priced else None
-    with Warehouse(tmp_path_factory.mktemp("kept") / "w.duckdb", pricing=kept_with) as wh:
-        write_with_passes(wh, workloads, data)
-        conn = wh.cursor()
-        conn.execute("SET TimeZone = 'UTC'")
-        since = T0 + since_d * DAY
-        until = since + timedelta(hours=span_h)
-        pricing = parse_pricing(PRICING) if priced else None
-        daily, plan = both_plans(
-            conn, since=since, until=until, as_of=T0 + timedelta(hours=as_of_h), step=DAY,
-            statuses=list(costing.CONSUMING), by=list(costing.row_columns(("workload",))),
-            priced_with=costing.priced_with(pricing), **costing.pricing_params(pricing))
-    assert_same_rows(daily, plan)
+    pricing = parse_pricing(PRICING) if priced else None
+    assert_same_rows(*rows_after_passes(
+        tmp_path_factory.mktemp("kept") / "w.duckdb", workloads, data,
+        kept_with=parse_pricing(PRICING) if kept_priced else None, since_d=since_d, span_h=span_h,
+        as_of_h=as_of_h, statuses=list(costing.CONSUMING), by=list(costing.row_columns(("workload",))),
+        priced_with=costing.priced_with(pricing), **costing.pricing_params(pricing)))
 
 
 def test_a_pass_rolls_up_closed_intervals_and_open_ones_to_the_horizon(tmp_path):
