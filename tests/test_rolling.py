@@ -405,3 +405,17 @@ def test_the_writer_keeps_the_cost_rows_again_when_its_pricing_changes(tmp_path)
         assert cur.execute("SELECT priced_with FROM usage_rollup").fetchone()[0] == costing.priced_with(second)
     with Warehouse(path) as wh:  # no pricing file: hours, no cost
         assert wh.cursor().execute("SELECT gpu_hours, gpu_cost FROM daily_costs").fetchall() == [(192.0, None)] * 2
+
+
+def test_a_priced_day_without_any_gpu_has_its_cpu_and_memory_cost(tmp_path):
+    """Found by the hypothesis test: when the rows computed from the rollup held no GPU resource at all,
+    the price lists' names were NULL, not empty, and CPU and memory went unpriced."""
+    pricing = parse_pricing(PRICING)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([record(0, "c1", T0 + timedelta(hours=6), "Running", 6, 1),  # 2 cores, 8 GiB, no GPU
+                  record(0, "c1", T0 + timedelta(days=2), "Completed", 6, 2)])
+        wh.roll_up()
+        report = cost_report(wh.cursor(), T0 + DAY, T0 + 2 * DAY, by=("workload",), step=DAY, pricing=pricing)
+    [row] = report.rows
+    assert (row.gpu_hours, row.cpu_cost, row.memory_cost) == (0.0, pytest.approx(24 * 2 * 0.03),
+                                                              pytest.approx(24 * 8 * 0.004))

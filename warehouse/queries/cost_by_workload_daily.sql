@@ -198,7 +198,7 @@ mixed AS (  -- the map and unpriced hours of the (day, workload)s that hold seve
     GROUP BY k, wid
 ),
 lookup AS (  -- the prices as lists, at (cid - 1) * (resources + 1) + the resource's place in names (0: none) + 1
-    SELECT list_sort(list(DISTINCT resource) FILTER (WHERE resource IS NOT NULL)) AS names,
+    SELECT coalesce(list_sort(list(DISTINCT resource) FILTER (WHERE resource IS NOT NULL)), []) AS names,  -- [] when no GPU at all
            list(cluster ORDER BY cid) FILTER (WHERE resource IS NULL) AS clusters
     FROM prices
 ),
