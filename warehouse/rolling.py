@@ -48,7 +48,6 @@ from __future__ import annotations
 
 from datetime import datetime, time, timedelta, timezone
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -210,6 +209,18 @@ FROM wm_costs
 """
 
 
+def _places(period_start) -> pa.Array:
+    """Each row's place in its period, for rows that come in order, period by period."""
+    day = period_start.combine_chunks().cast(pa.int64())
+    if len(day) == 0:
+        return pa.array([], pa.int32())
+    index = pc.subtract(pc.cumulative_sum(pc.cast(pc.is_valid(day), pa.int64())), 1)
+    ends = pc.run_end_encode(day).run_ends  # where each period's rows end
+    starts = pa.concat_arrays([pa.array([0], ends.type), ends.slice(0, len(ends) - 1)])
+    first = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, starts.cast(pa.int64())))
+    return pc.subtract(index, first).cast(pa.int32())
+
+
 def keep_costs(conn, pricing: Pricing | None) -> int:
     """Inside the caller's transaction, after a pass: the daily cost report by workload of the finished
     days (before the horizon) whose rollup changed since they were kept, or of every day when `pricing`
@@ -240,9 +251,7 @@ def keep_costs(conn, pricing: Pricing | None) -> int:
                                 step=timedelta(days=1), statuses=list(CONSUMING), by=list(row_columns(("workload",))),
                                 priced_with=None, **pricing_params(pricing))
         rows = table.filter(pc.is_valid(table.column("period_start")))
-        day = rows.column("period_start").combine_chunks().cast(pa.int64()).to_numpy()
-        place = np.arange(len(day)) - np.searchsorted(day, day)  # the rows come in order, day by day
-        conn.register("wm_costs", rows.append_column("place", pa.array(place.astype(np.int32))))
+        conn.register("wm_costs", rows.append_column("place", _places(rows.column("period_start"))))
         written = conn.execute(_KEEP).fetchall()[0][0]
         conn.unregister("wm_costs")
     conn.execute("UPDATE usage_rollup SET priced_with = $key, costs_to = $end", {"key": key, "end": end}).fetchall()
