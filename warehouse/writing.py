@@ -519,11 +519,12 @@ class Warehouse:
             "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
         self._lock = threading.Lock()
-        kept_with, = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchone()
+        [(kept_with,)] = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchall()
         if self._next_seq > 0 and (self._rolled_seq < 0 or kept_with != costing.priced_with(pricing)):
             # a history from before the rollup (schema 7) or the kept cost rows (schema 8), or priced
             # otherwise: now, not in the first batch
-            log.info("rolling up the history of %s (%d states) for the cost reports", self.path, self._next_seq)
+            log.info("rolling up the history of %s (%d states) and keeping its daily cost rows for the cost "
+                     "reports", self.path, self._next_seq)
             self._roll_up(keep_costs=True)
 
     # ------------------------------------------------------------------ writing
