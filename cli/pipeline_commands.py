@@ -43,12 +43,11 @@ def run_warehouse(snapshot_path, snapshot_every, **options):
     from workloadmap import running
     from workloadmap.warehouse.pricing import PricingError
 
-    settings = from_options(options)
-    try:
-        running.pricing_of(settings)
+    try:  # the pricing file is read first, before Kafka
+        totals = running.run_warehouse(from_options(options), snapshot_path=snapshot_path,
+                                       snapshot_every=snapshot_every)
     except PricingError as exc:
         raise click.BadParameter(str(exc), param_hint="--pricing") from None
-    totals = running.run_warehouse(settings, snapshot_path=snapshot_path, snapshot_every=snapshot_every)
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "
                f"written; {totals.duplicates} duplicates dropped", err=True)
 

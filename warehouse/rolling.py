@@ -149,10 +149,11 @@ WHERE $horizon IS NOT NULL AND coalesce(rolled_to, valid_from) < $horizon
   AND list_contains($statuses, status) AND (gpus > 0 OR cpu > 0 OR memory > 0)
 """
 
-_ADVANCE = "UPDATE usage_rollup SET rolled_seq = $to_seq, horizon = coalesce($horizon, horizon)"
-
-# Days whose rollup rows changed: their kept report rows are no longer read.
-_STALE_COSTS = "UPDATE usage_rollup SET costs_to = least(costs_to, $from_day)"
+# How far the pass went; costs_to back to $from_day, its first day (NULL: none), whose kept report rows
+# are no longer read: the rollup rows of their days changed.
+_ADVANCE = """
+UPDATE usage_rollup SET rolled_seq = $to_seq, horizon = coalesce($horizon, horizon), costs_to = least(costs_to, $from_day)
+"""
 
 # The exact path (a workload's intervals rebuilt from its history): its rollup rows go too, and the
 # kept report rows of their days are no longer read (costs_to comes back to the first).
@@ -193,9 +194,8 @@ def roll_up(conn, *, from_seq: int, to_seq: int, horizon_us: int | None) -> int:
     if from_day is not None:
         conn.execute(_MARK_SHARED, {"from_day": from_day}).fetchall()  # the rows already there, before the new ones join
         added = conn.execute(_INSERT_DAYS, {"from_day": from_day}).fetchone()[0]
-        conn.execute(_STALE_COSTS, {"from_day": from_day}).fetchall()
     conn.execute(_ADVANCE_OPEN, {"horizon": horizon, "statuses": statuses}).fetchall()
-    conn.execute(_ADVANCE, {"to_seq": to_seq, "horizon": horizon}).fetchall()
+    conn.execute(_ADVANCE, {"to_seq": to_seq, "horizon": horizon, "from_day": from_day}).fetchall()
     conn.execute("DROP TABLE wm_portions")
     conn.execute("DROP TABLE wm_days")
     return added
