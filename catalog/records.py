@@ -34,6 +34,9 @@ RAW_TOPIC = "workloadmap.raw.v1"
 WORKLOADS_TOPIC = "workloadmap.workloads.v1"
 TRANSITIONS_TOPIC = "workloadmap.transitions.v1"
 DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
+# Pods and nodes as the warehouse keeps them (issue 25): key cluster/podUid, cluster/nodeName.
+PODS_TOPIC = "workloadmap.pods.v1"
+NODES_TOPIC = "workloadmap.nodes.v1"
 # Definitions applied to clusters, as the processors accepted them: key cluster/name, value the
 # WorkloadMap object (a tombstone when deleted); compacted, read in full by every processor worker.
 DEFINITIONS_TOPIC = "workloadmap.definitions.v1"

@@ -25,14 +25,16 @@ _MASK64 = 2**64 - 1
 
 
 class DeletedWorkloads:
-    """A Bloom filter over the 64-bit keys of ``deleted_workloads`` (``writing.workload_key``)."""
+    """A Bloom filter over the 64-bit keys of ``deleted_workloads`` (``writing.workload_key``), or of
+    another table of keys with a column ``key`` (``ended_pods``: the pods that ended, allocating.py)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, table: str = "deleted_workloads"):
+        self.table = table
         self.load(conn)
 
     def load(self, conn) -> None:
         """Build the filter from the table, sized for twice its keys."""
-        (count,), = conn.execute("SELECT count(*) FROM deleted_workloads").fetchall()
+        (count,), = conn.execute(f"SELECT count(*) FROM {self.table}").fetchall()
         log2 = max(_MIN_BITS_LOG2, (2 * count * _BITS_PER_KEY - 1).bit_length())
         self._shift = 64 - log2
         self._capacity = (1 << log2) // _BITS_PER_KEY
@@ -41,7 +43,7 @@ class DeletedWorkloads:
             # The positions in DuckDB (the same arithmetic as _positions), OR-ed per byte.
             positions = " UNION ALL ".join(
                 f"SELECT ((key::UHUGEINT * {a}::UHUGEINT) % {_MASK64 + 1}::UHUGEINT) >> {self._shift} AS p "
-                f"FROM deleted_workloads" for a in _HASHES)
+                f"FROM {self.table}" for a in _HASHES)
             table = conn.sql(f"SELECT (p // 8)::BIGINT AS byte, bit_or(1 << (p % 8)::INTEGER) AS mask "
                              f"FROM ({positions}) GROUP BY 1").to_arrow_table()
             for byte, mask in zip(table.column("byte").to_pylist(), table.column("mask").to_pylist()):

@@ -94,6 +94,13 @@ Version 8 keeps the daily cost report by workload of the finished days (``rollin
 ``daily_costs`` holds each day's report rows (``place``: their order in the day; ``workload``:
 ``usage_workloads``' number) for the days before ``usage_rollup.costs_to``, priced as
 ``usage_rollup.priced_with`` says (``costing.priced_with``).
+
+Version 9 keeps what the pods hold and what the nodes have (``warehouse/allocating.py``): pod
+allocation intervals (``pod_history`` closed, ``pod_current`` open and keyed by ``(cluster, uid)``,
+``ended_pods`` the keys of the pods that ended, views ``pod_intervals``) and node intervals
+(``node_history``, ``node_current`` keyed by ``(cluster, name)`` with a tombstone for a deleted node,
+view ``node_intervals``), kept with the workloads' rules: one transaction with the offsets, a batch
+reads only its keys.
 """
 
 from __future__ import annotations
@@ -333,6 +340,88 @@ SELECT * EXCLUDE (record), {COMPONENTS_OF_RECORD} AS components, record FROM sta
 )""",
         "ALTER TABLE usage_rollup ADD COLUMN priced_with VARCHAR",
         "ALTER TABLE usage_rollup ADD COLUMN costs_to DATE",
+    )),
+)
+
+
+# Version 9: pods and nodes (warehouse/allocating.py).  The columns of a pod interval and of a node
+# interval; the open ones live in the keyed *_current tables with what dedup needs.
+_POD_INTERVAL = """
+    cluster          VARCHAR NOT NULL,
+    uid              VARCHAR NOT NULL,
+    namespace        VARCHAR,
+    name             VARCHAR,
+    created          TIMESTAMPTZ,
+    workload_api_version VARCHAR,
+    workload_kind    VARCHAR,
+    workload_name    VARCHAR,
+    workload_uid     VARCHAR,
+    framework        VARCHAR,
+    definition       VARCHAR,
+    component        VARCHAR,
+    instance         VARCHAR,
+    replica          VARCHAR,
+    node             VARCHAR,
+    state            VARCHAR NOT NULL,
+    valid_from       TIMESTAMPTZ NOT NULL,"""
+_POD_DEMAND = """
+    gpus             DOUBLE NOT NULL,
+    cpu              DOUBLE NOT NULL,
+    memory           BIGINT NOT NULL,
+    gpu_resources    MAP(VARCHAR, DOUBLE) NOT NULL"""
+_NODE_INTERVAL = """
+    cluster          VARCHAR NOT NULL,
+    name             VARCHAR NOT NULL,
+    uid              VARCHAR,
+    valid_from       TIMESTAMPTZ NOT NULL,
+    gpus             DOUBLE NOT NULL,
+    gpu_resources    MAP(VARCHAR, DOUBLE) NOT NULL,
+    cpu              DOUBLE NOT NULL,
+    memory           BIGINT NOT NULL,
+    capacity_gpus    DOUBLE NOT NULL,
+    capacity_gpu_resources MAP(VARCHAR, DOUBLE) NOT NULL,
+    capacity_cpu     DOUBLE NOT NULL,
+    capacity_memory  BIGINT NOT NULL,
+    unschedulable    BOOLEAN NOT NULL,
+    ready            BOOLEAN,
+    gpu_product      VARCHAR,
+    instance_type    VARCHAR,
+    node_pool        VARCHAR,
+    zone             VARCHAR"""
+POD_COLUMNS = ("cluster, uid, namespace, name, created, workload_api_version, workload_kind, workload_name, "
+               "workload_uid, framework, definition, component, instance, replica, node, state, valid_from, "
+               "valid_to, gpus, cpu, memory, gpu_resources")
+NODE_COLUMNS = ("cluster, name, uid, valid_from, valid_to, gpus, gpu_resources, cpu, memory, capacity_gpus, "
+                "capacity_gpu_resources, capacity_cpu, capacity_memory, unschedulable, ready, gpu_product, "
+                "instance_type, node_pool, zone")
+
+MIGRATIONS += (
+    # Pods and nodes (issue 25): what the pods hold and the nodes have, as intervals, kept as the
+    # workloads' are: closed ones appended to a history the writer never reads, open ones keyed.
+    Migration(9, "pod allocation and node intervals: pod_history, pod_current, ended_pods, node_history, node_current", (
+        f"CREATE TABLE pod_history ({_POD_INTERVAL}\n    valid_to         TIMESTAMPTZ NOT NULL,{_POD_DEMAND}\n)",
+        f"""CREATE TABLE pod_current ({_POD_INTERVAL}{_POD_DEMAND},
+    observed_at      TIMESTAMPTZ NOT NULL,
+    version_key      VARCHAR NOT NULL,
+    PRIMARY KEY (cluster, uid)
+)""",
+        "CREATE TABLE ended_pods (key UBIGINT PRIMARY KEY)",
+        f"CREATE TABLE node_history ({_NODE_INTERVAL},\n    valid_to         TIMESTAMPTZ NOT NULL\n)",
+        # a deleted node keeps its row (deleted, its uid and when): a late record of it is recognised
+        f"""CREATE TABLE node_current ({_NODE_INTERVAL},
+    observed_at      TIMESTAMPTZ NOT NULL,
+    version_key      VARCHAR NOT NULL,
+    deleted          BOOLEAN NOT NULL,
+    PRIMARY KEY (cluster, name)
+)""",
+        f"""CREATE VIEW pod_intervals AS
+SELECT {POD_COLUMNS} FROM pod_history
+UNION ALL
+SELECT {POD_COLUMNS.replace("valid_to", "NULL::TIMESTAMPTZ AS valid_to")} FROM pod_current""",
+        f"""CREATE VIEW node_intervals AS
+SELECT {NODE_COLUMNS} FROM node_history
+UNION ALL
+SELECT {NODE_COLUMNS.replace("valid_to", "NULL::TIMESTAMPTZ AS valid_to")} FROM node_current WHERE NOT deleted""",
     )),
 )
 

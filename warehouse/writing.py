@@ -45,7 +45,7 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
     DEADLETTER_TOPIC, DELETED, EVENT_TYPES, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
-from workloadmap.warehouse import costing, rolling
+from workloadmap.warehouse import allocating, costing, rolling
 from workloadmap.warehouse.deletions import DeletedWorkloads
 from workloadmap.warehouse.pricing import Pricing
 from workloadmap.warehouse.schema import migrate
@@ -77,6 +77,10 @@ class WriteResult:
     transitions_inserted: int = 0
     transition_duplicates: int = 0
     intervals_opened: int = 0
+    pods: int = 0  # pod records that changed a pod's intervals (allocating.py)
+    pod_duplicates: int = 0  # pod records dropped: repeated, late, or of a pod that ended
+    nodes: int = 0
+    node_duplicates: int = 0
 
     def __iadd__(self, other: "WriteResult") -> "WriteResult":
         for name in self.__dataclass_fields__:
@@ -518,6 +522,7 @@ class Warehouse:
         self._latest_observed = self.conn.execute(
             "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
+        self._allocations = allocating.Allocations(self.conn)
         self._lock = threading.Lock()
         [(kept_with,)] = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchall()
         if self._next_seq > 0 and (self._rolled_seq < 0 or kept_with != costing.priced_with(pricing)):
@@ -531,7 +536,8 @@ class Warehouse:
 
     def write(self, records: list[dict] = (), transitions: list[dict] = (),
               offsets: dict[tuple[str, int], int] | None = None, *,
-              texts: list[str] | None = None, texts_are_json: bool = False) -> WriteResult:
+              texts: list[str] | None = None, texts_are_json: bool = False,
+              pods: list[dict] = (), nodes: list[dict] = ()) -> WriteResult:
         """Insert one batch in one transaction; return what was new and what was a duplicate.
 
         `records` are workload records, `transitions` status transitions (both
@@ -540,14 +546,16 @@ class Warehouse:
         `texts` optionally gives each record's JSON text as received (saves
         re-encoding; it is what ``record`` stores); DuckDB checks that they are JSON
         unless `texts_are_json` says they were parsed as strict JSON already.
-        Raises MalformedRecord, before touching the file, if any record or
-        transition is malformed.
+        `pods` and `nodes` are pod and node records (allocating.py).
+        Raises MalformedRecord, before touching the file, if any record,
+        transition, pod or node is malformed.
         """
         state_rows = check_records(records)
         for row in state_rows:
             if isinstance(row, ValueError):
                 raise row
         transition_rows = [check_transition(t) for t in transitions]
+        pod_rows, node_rows = [allocating.check_pod(p) for p in pods], [allocating.check_node(n) for n in nodes]
         if texts is None:
             try:  # orjson writes strict JSON (it refuses what JSON cannot say)
                 texts, texts_are_json = [orjson.dumps(r).decode() for r in records], True
@@ -555,14 +563,18 @@ class Warehouse:
                 texts, texts_are_json = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in records], False
         elif len(texts) != len(records):
             raise ValueError("texts must give one JSON text per record")
-        return self.write_checked(state_rows, texts, transition_rows, offsets, texts_are_json=texts_are_json)
+        return self.write_checked(state_rows, texts, transition_rows, offsets, texts_are_json=texts_are_json,
+                                  pod_rows=pod_rows, node_rows=node_rows)
 
     def write_checked(self, state_rows: list[tuple], texts: list[str], transition_rows: list[tuple],
                       offsets: dict[tuple[str, int], int] | None = None, *,
-                      texts_are_json: bool = False) -> WriteResult:
-        """``write`` for rows already validated by check_records / check_transition (the Kafka path)."""
+                      texts_are_json: bool = False, pod_rows: list[tuple] = (),
+                      node_rows: list[tuple] = ()) -> WriteResult:
+        """``write`` for rows already validated by check_records / check_transition / allocating's
+        check_pod and check_node (the Kafka path)."""
         with self._lock, _no_cyclic_collection():
-            result = self._write(state_rows, texts, transition_rows, offsets or {}, texts_are_json)
+            result = self._write(state_rows, texts, transition_rows, offsets or {}, texts_are_json,
+                                 pod_rows, node_rows)
             if self._next_seq - self._rolled_seq >= rolling.ROLL_UP_STATES:
                 self._roll_up()
             if self._wal_bytes() >= CHECKPOINT_WAL_BYTES:
@@ -623,6 +635,7 @@ class Warehouse:
         stored, live = conn.execute(_CURRENT_STORED).fetchone()
         if (stored or 0) > 2 * live:
             self._compact_current()
+        allocating.compact(conn)  # the same for pod_current and node_current
         conn.execute("CHECKPOINT")
 
     def _compact_current(self) -> None:
@@ -638,7 +651,8 @@ class Warehouse:
             conn.execute("ROLLBACK")
             raise
 
-    def _write(self, state_rows, texts, transition_rows, offsets, texts_are_json=False) -> WriteResult:
+    def _write(self, state_rows, texts, transition_rows, offsets, texts_are_json=False, pod_rows=(),
+               node_rows=()) -> WriteResult:
         result = WriteResult()
         conn = self.conn
         conn.execute("BEGIN TRANSACTION")
@@ -650,6 +664,10 @@ class Warehouse:
                     for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
                                  "wm_intervals", "wm_current", "wm_deleted"):
                         conn.unregister(name)
+            if pod_rows:
+                result.pods, result.pod_duplicates = self._allocations.apply_pods(conn, pod_rows)
+            if node_rows:
+                result.nodes, result.node_duplicates = self._allocations.apply_nodes(conn, node_rows)
             if transition_rows:
                 cols = _columns(transition_rows, _TRANSITION_SCHEMA)
                 cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())
@@ -674,6 +692,7 @@ class Warehouse:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        self._allocations.after_commit(conn)
         if self._deleted.full:
             self._deleted.load(conn)
         return result
