@@ -169,3 +169,25 @@ def test_a_malformed_node_record_is_refused_naming_the_node_the_field_and_the_re
 def test_memory_and_cpu_are_kept_as_given(wh):
     wh.write(pods=[pod("p1", "2026-11-01T10:00:00Z", "Bound", node="n1", cpu=3.5, memory=12 * GIB)])
     assert wh.cursor().execute("SELECT cpu, memory FROM pod_current").fetchone() == (3.5, 12 * GIB)
+
+
+def test_the_kafka_writers_batch_checks_pods_and_nodes_and_dead_letters_the_malformed_with_their_reason():
+    from types import SimpleNamespace
+
+    from workloadmap.catalog.records import encode
+    from workloadmap.warehouse.writing import allocation_topics, check_messages
+
+    def message(topic, offset, value):
+        return SimpleNamespace(topic=topic, partition=0, offset=offset, key=b"c1/x", value=value)
+
+    good_pod = pod("p1", "2026-11-01T10:00:00Z", "Pending", gpu=1)
+    bad_pod = {**good_pod, "state": "Bound", "nodeName": None}
+    msgs = [message(records.PODS_TOPIC, 0, encode(good_pod)), message(records.PODS_TOPIC, 1, encode(bad_pod)),
+            message(records.PODS_TOPIC, 2, b"{not json"),
+            message(records.NODES_TOPIC, 0, encode(node("n1", "2026-11-01T00:00:00Z")))]
+    pods, nodes = [], []
+    rows, _, _, dead, offsets, _ = check_messages(msgs, allocations=allocation_topics(pods, nodes))
+    assert rows == [] and len(pods) == 1 and len(nodes) == 1 and pods[0][1] == "p1" and nodes[0][1] == "n1"
+    assert [(d.reason, d.offset) for d in dead] == [(records.WRONG_TYPES, 1), (records.MALFORMED_JSON, 2)]
+    assert "nodeName must name the node of a Bound pod" in dead[0].detail
+    assert offsets == {(records.PODS_TOPIC, 0): 3, (records.NODES_TOPIC, 0): 1}

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
-    DEADLETTER_TOPIC, DELETED, EVENT_TYPES, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
+    DEADLETTER_TOPIC, DELETED, EVENT_TYPES, NODES_TOPIC, PODS_TOPIC, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
 from workloadmap.warehouse import allocating, costing, rolling
 from workloadmap.warehouse.deletions import DeletedWorkloads
 from workloadmap.warehouse.pricing import Pricing
@@ -872,9 +872,13 @@ class Warehouse:
 # --------------------------------------------------------------------------- Kafka
 
 
-def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC):
+def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC, *, allocations: dict | None = None):
     """A batch of Kafka messages as the writer takes them: (state rows, their texts, transition
     rows, dead letters, offsets after the batch, whether every text was parsed as strict JSON).
+
+    `allocations` maps the pods and nodes topics to their check and the list their rows go to
+    (``allocation_topics``); without it every message that is not a transition is taken for a
+    workload record.
 
     Each value is parsed once: a workload record only for the fields the writer reads
     (``_ReadFields``), a transition whole (orjson: strict JSON; the standard library when it
@@ -893,7 +897,8 @@ def check_messages(messages, transitions_topic: str = TRANSITIONS_TOPIC):
                                partition=m.partition, offset=m.offset))
 
     with _no_cyclic_collection():
-        _parse_messages(messages, transitions_topic, transitions, values, kept, offsets, dead_letter)
+        _parse_messages(messages, transitions_topic, transitions, values, kept, offsets, dead_letter,
+                        allocations or {})
         try:
             checked = _fast_rows(values)  # the batch's usual case: every record valid
         except Exception:  # check_record decides, on the whole records (the read fields lack what it reports)
@@ -956,9 +961,16 @@ def _whole(data: bytes) -> tuple[object, bool]:
         return json.loads(data), False
 
 
-def _parse_messages(messages, transitions_topic, transitions, values, kept, offsets, dead_letter) -> None:
+def allocation_topics(pods: list, nodes: list, pods_topic: str = PODS_TOPIC, nodes_topic: str = NODES_TOPIC) -> dict:
+    """check_messages' `allocations`: pod records checked into `pods`, node records into `nodes`."""
+    return {pods_topic: (allocating.check_pod, pods), nodes_topic: (allocating.check_node, nodes)}
+
+
+def _parse_messages(messages, transitions_topic, transitions, values, kept, offsets, dead_letter,
+                    allocations) -> None:
     """Each value parsed once: a workload record's read fields (``_ReadFields``, as a dict) when it
-    is strict JSON, else the whole value (strict False: DuckDB checks its text); a transition whole."""
+    is strict JSON, else the whole value (strict False: DuckDB checks its text); a transition, a pod
+    or a node record whole."""
     read_fields, asdict = _READ_FIELDS.decode, msgspec.structs.asdict
     for m in messages:
         key = (m.topic, m.partition)
@@ -968,6 +980,11 @@ def _parse_messages(messages, transitions_topic, transitions, values, kept, offs
         try:
             if m.topic == transitions_topic:
                 transitions.append(check_transition(None if data is None else _whole(data)[0]))
+                continue
+            allocation = allocations.get(m.topic)
+            if allocation is not None:
+                check, into = allocation
+                into.append(check(None if data is None else _whole(data)[0]))
                 continue
             if data is None:
                 value, strict = None, True
@@ -1002,7 +1019,7 @@ ASSIGN_EVERY_S = 10.0  # how often the writer looks for partitions it does not r
 
 
 class KafkaWarehouseWriter:
-    """Consumes the workloads and transitions topics into a Warehouse, exactly once.
+    """Consumes the workloads, transitions, pods and nodes topics into a Warehouse, exactly once.
 
     Kafka's own committed offsets are NOT the source of truth: the consumer
     reads every partition of the topics (``_assign``), each from the offset stored in DuckDB
@@ -1019,11 +1036,12 @@ class KafkaWarehouseWriter:
     `pricing`: what the Warehouse keeps the daily cost rows with (rolling.keep_costs).
     """
 
-    def __init__(self, bootstrap_servers, path, topics=(WORKLOADS_TOPIC, TRANSITIONS_TOPIC), *,
+    def __init__(self, bootstrap_servers, path, topics=(WORKLOADS_TOPIC, TRANSITIONS_TOPIC, PODS_TOPIC, NODES_TOPIC), *,
                  group_id: str = DEFAULT_CONSUMER, batch_size: int = 5000, max_wait_ms: int = 500,
                  security: dict | None = None, client_id: str = "workloadmap-warehouse",
                  commit_to_kafka: bool = True, deadletter_topic: str = DEADLETTER_TOPIC,
-                 transitions_topic: str = TRANSITIONS_TOPIC,
+                 transitions_topic: str = TRANSITIONS_TOPIC, pods_topic: str = PODS_TOPIC,
+                 nodes_topic: str = NODES_TOPIC,
                  snapshot_path: str | os.PathLike | None = None, snapshot_every_s: float = 60.0,
                  on_batch=None, pricing: Pricing | None = None):
         self.bootstrap_servers = bootstrap_servers
@@ -1036,6 +1054,7 @@ class KafkaWarehouseWriter:
         self.commit_to_kafka = commit_to_kafka
         self.deadletter_topic = deadletter_topic
         self.transitions_topic = transitions_topic
+        self.pods_topic, self.nodes_topic = pods_topic, nodes_topic
         self.snapshot_path = snapshot_path
         self.snapshot_every_s = snapshot_every_s
         self.on_batch = on_batch  # called with (WriteResult, message count) after each commit
@@ -1083,7 +1102,7 @@ class KafkaWarehouseWriter:
         """
         from kafka.structs import TopicPartition
         partitions = frozenset(TopicPartition(t, p) for t in self.topics
-                               for p in self._consumer.partitions_for_topic(t))
+                               for p in self._consumer.partitions_for_topic(t) or ())
         self._assign_checked = time.monotonic()
         if partitions <= self._assigned:
             return
@@ -1144,14 +1163,18 @@ class KafkaWarehouseWriter:
         if not self._pending:
             return None
         messages, self._pending = self._pending, []
-        rows, texts, transitions, dead, offsets, texts_are_json = check_messages(messages, self.transitions_topic)
+        pods, nodes = [], []
+        rows, texts, transitions, dead, offsets, texts_are_json = check_messages(
+            messages, self.transitions_topic,
+            allocations=allocation_topics(pods, nodes, self.pods_topic, self.nodes_topic))
         if dead:
             producer = self._dead_letter_producer()
             for letter in dead:
                 producer.send(self.deadletter_topic, key=letter.key, value=records.encode(letter.to_dict()))
             producer.flush()
             self.dead_letters += len(dead)
-        result = self.warehouse.write_checked(rows, texts, transitions, offsets, texts_are_json=texts_are_json)
+        result = self.warehouse.write_checked(rows, texts, transitions, offsets, texts_are_json=texts_are_json,
+                                              pod_rows=pods, node_rows=nodes)
         self.totals += result
         if self.commit_to_kafka:
             self._commit_kafka(offsets)
