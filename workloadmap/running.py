@@ -141,7 +141,7 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     stop = stop or stop_on_signals()
     writer = KafkaWarehouseWriter(
         settings.bootstrap_servers, settings.duckdb, pricing=pricing,
-        topics=(settings.workloads_topic, settings.transitions_topic),
+        topics=(settings.workloads_topic, settings.transitions_topic, records.PODS_TOPIC, records.NODES_TOPIC),
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
         transitions_topic=settings.transitions_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
