@@ -42,8 +42,8 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workloadmap.warehouse.pricing import Pricing
-from workloadmap.warehouse.querying import run_query_arrow
+from .pricing import Pricing
+from .querying import run_query_arrow
 
 CONSUMING = ("Running", "Degraded")
 STARTING = ("Initializing", "Resuming")

@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloadmap.warehouse.querying import QueryError, run_query
+from .querying import QueryError, run_query
 
 # table -> the timestamp whose UTC date partitions it
 EXPORTED = {

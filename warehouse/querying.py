@@ -27,7 +27,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from workloadmap.warehouse.schema import LATEST_VERSION, current_version
+from .schema import LATEST_VERSION, current_version
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -51,10 +51,10 @@ from datetime import datetime, time, timedelta, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workloadmap.warehouse.costing import (
+from .costing import (
     CONSUMING, STARTING, UNSPECIFIED_GPU, priced_with, pricing_params, row_columns)
-from workloadmap.warehouse.pricing import Pricing
-from workloadmap.warehouse.querying import run_query_arrow
+from .pricing import Pricing
+from .querying import run_query_arrow
 
 ROLLED_STATUSES = CONSUMING + STARTING
 ROLL_UP_STATES = 100_000  # states between two passes of the writer

@@ -45,10 +45,11 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import (
     DEADLETTER_TOPIC, DELETED, EVENT_TYPES, NODES_TOPIC, PODS_TOPIC, TRANSITIONS_TOPIC, WORKLOADS_TOPIC, DeadLetter)
-from workloadmap.warehouse import allocating, costing, rolling
-from workloadmap.warehouse.deletions import DeletedWorkloads
-from workloadmap.warehouse.pricing import Pricing
-from workloadmap.warehouse.schema import migrate
+
+from . import allocating, costing, rolling
+from .deletions import DeletedWorkloads
+from .pricing import Pricing
+from .schema import migrate
 
 log = logging.getLogger(__name__)
 
