@@ -8,99 +8,10 @@ mid-migration leaves the file at the previous version, and re-running is a
 no-op.  Migrations only ever move forward; a file newer than the code is
 refused rather than written with the wrong layout.
 
-Tables and views (version 2):
-
-``workload_states`` — append-only history, one row per workload record
-    (topic ``workloadmap.workloads.v1``).  Deduplicated on
-    ``(cluster, uid, version_key, deleted)``: ``version_key`` is the object's
-    ``resourceVersion`` (or ``'@' || observedAt`` when it has none), and
-    ``deleted`` is part of the key so that a deletion reported with the
-    object's last resourceVersion is still a new fact.  ``seq`` is the arrival
-    order (the writer is single, so it is a plain counter); states of one
-    workload are ordered by ``(observed_at, seq)``.  A deleted record is stored
-    with ``status = 'Deleted'`` and zero ``pods/gpus/cpu/memory`` and an empty
-    ``gpu_resources`` (it holds nothing from then on; the object's last
-    demand is still in ``record``).  ``gpu_resources`` is a
-    ``MAP(VARCHAR, DOUBLE)`` (GPU resource name -> count, keys sorted),
-    ``components`` and ``record`` (the whole record as received) are JSON.
-    ``cpu`` is in cores, ``memory`` in bytes.
-
-``status_intervals`` — one row per stretch of time a workload spent in one
-    status with one demand: ``valid_from`` .. ``valid_to`` (``NULL`` while
-    open).  Maintained by the writer in the same transaction as the states: a
-    new interval opens when status or demand (pods, gpus, cpu, memory,
-    gpu_resources) changes and closes the previous one at that instant.  A
-    deletion opens a final ``'Deleted'`` interval with zero demand that never
-    closes, so "status at instant t" stays answerable and GPU-hours are
-    ``sum(gpus * (coalesce(valid_to, now()) - valid_from))``.  ``from_seq`` is
-    the state that opened the interval.  States are deduplicated before
-    intervals are touched, so replays never disturb them; a state older than
-    the open interval (out-of-order delivery) makes the writer rebuild that
-    workload's intervals from its whole history.
-
-``transitions`` — status transitions (topic ``workloadmap.transitions.v1``),
-    deduplicated on ``(cluster, uid, transitioned_at, to_status)`` (the
-    record's ``at`` and ``to``).
-
-``consumer_offsets`` — ``(consumer, topic, partition) -> next_offset``: the
-    next Kafka offset to read, written in the same transaction as the rows it
-    covers.  The Kafka writer seeks to these on assignment, so a crash loses
-    nothing and a replay duplicates nothing.
-
-``current_workloads`` (view) — the latest state of every workload that is not
-    deleted.
-
-``interval_gpu_usage`` (view, version 2) — ``status_intervals`` unnested per
-    GPU resource name (one row per interval and resource name, with
-    ``gpu_hours`` up to ``now()`` for open intervals): the base of cost reports
-    priced per GPU model.
-
-``schema_migrations`` — ``(version, name, applied_at)``, one row per applied
-    migration.
-
-Version 3 keys what a batch needs of the past by workload, so that a batch never reads the
-history on its usual path (issue 14): ``workload_current`` (PRIMARY KEY (cluster, uid)) holds
-every live workload's latest state (``seq, observed_at, version_key``) and its open interval;
-``deleted_workloads`` the 64-bit keys (``WORKLOAD_KEY``) of deleted workloads, with an ART
-index; the old ``status_intervals`` table becomes ``interval_history`` (append-only: closed
-intervals and final Deleted ones), and ``status_intervals`` and ``current_workloads`` become
-views over them, with the same rows as before.
-
-Version 4 makes ``workload_states.components`` a virtual column computed from ``record``.
-
-Version 5 compresses ``workload_states.record`` with zstd (``USING COMPRESSION zstd``, that column
-only: zstd on every column made the numeric scans slower).  The record is most of a row (1.7 KB
-of JSON) and DuckDB's default string compressions fit it poorly: with zstd the writer's
-checkpoints and the file shrink (bench: file 80.3 -> 15.3 MB for 100,000 rows, ``texts``
-26,386 -> 34,162 rows/s).  A column's compression is set when its table is created, so the
-table is rebuilt (one copy of the history, one transaction), as in version 4.
-
-Version 6 keeps the states in the table ``state_history`` (the writer's, append-only) and makes
-``workload_states`` a view over it with the same columns, ``components`` computed there: DuckDB
-evaluated the virtual column at every insert.
-
-Version 7 keeps a daily rollup of usage for the cost reports (``warehouse/rolling.py``):
-``daily_usage`` (per UTC day, workload, class of status (``starting``: Initializing and Resuming,
-else Running and Degraded) and GPU resource: GPU-, CPU core- and memory GiB-seconds; ``shared``
-when its (day, workload) has other rows of its class, ``shared_across`` when it has rows of the
-other class), ``usage_workloads`` (the
-rolled-up workloads' numbers, ``workload``, and identity) and ``usage_rollup`` (one row: the
-``rolled_seq`` up to which the closed intervals are rolled up, and the ``horizon`` up to which the
-open ones are).  ``interval_history.appended_seq`` is the writer's seq when it appended the interval
-(0 before version 7); ``rolled_to`` (on ``interval_history`` and ``workload_current``) is where the
-rollup of an interval that was open stops: its days before that instant are in ``daily_usage``.
-
-Version 8 keeps the daily cost report by workload of the finished days (``rolling.keep_costs``):
-``daily_costs`` holds each day's report rows (``place``: their order in the day; ``workload``:
-``usage_workloads``' number) for the days before ``usage_rollup.costs_to``, priced as
-``usage_rollup.priced_with`` says (``costing.priced_with``).
-
-Version 9 keeps what the pods hold and what the nodes have (``warehouse/allocating.py``): pod
-allocation intervals (``pod_history`` closed, ``pod_current`` open and keyed by ``(cluster, uid)``,
-``ended_pods`` the keys of the pods that ended, views ``pod_intervals``) and node intervals
-(``node_history``, ``node_current`` keyed by ``(cluster, name)`` with a tombstone for a deleted node,
-view ``node_intervals``), kept with the workloads' rules: one transaction with the offsets, a batch
-reads only its keys.
+The tables and views, their columns, keys and rules, are described once, in
+``warehouse/README.md`` ("Tables"); a test checks that it names this module's
+``LATEST_VERSION`` and every table and view of a migrated file.  Each
+``Migration`` says what it adds; ``CHANGELOG.md`` says why.
 """
 
 from __future__ import annotations
