@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean kafka-jars kube-binaries
+.PHONY: demo test bench docs clean kafka-jars kube-binaries
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/analytics_bench.py
 	$(BIN)/python bench/watch_bench.py
+
+# docs/cli-reference.md: every command's --help (the suite fails when it is stale).
+docs: $(VENV)/.installed
+	$(BIN)/python docs/cli_reference.py docs/cli-reference.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .import_linter_cache

@@ -67,7 +67,7 @@ def filter_options(f):
 def settings_options(f):
     """The pipeline services' options (``workloadmap.settings``); flags win over environment and config file."""
     for decl, name, help_text in reversed([
-        ("--config", "config", "YAML file of settings (see README: Running the full stack)."),
+        ("--config", "config", "YAML file of settings (see README: the full mode)."),
         ("--bootstrap-servers", "bootstrap_servers", "Kafka bootstrap servers, host:port[,host:port]."),
         ("--duckdb", "duckdb", "DuckDB file of the warehouse."),
         ("--client-id", "client_id", "Kafka client id (prefix)."),
