@@ -14,7 +14,7 @@ computes, or raises :class:`Bail` (on any error, any value outside the plain
 shapes it expects, any evaluation long enough to meet the reference's bounds),
 and the resolver then resolves that object the reference way, which yields
 the reference's record or its precise error.  The differential tests
-(tests/test_compiling.py) hold both to identical records.
+(tests/catalog/test_compiling.py) hold both to identical records.
 """
 
 from __future__ import annotations

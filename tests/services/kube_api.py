@@ -43,7 +43,7 @@ cert dir (its SANs include 127.0.0.1); there is no insecure-skip-tls-verify. No
 controller manager runs: no garbage collection, namespaces never finish deleting, no
 default service accounts, CRD objects get no status but what a test writes.
 
-Watch cache, compaction and 410 Gone (measured on v1.36.3; tests/test_kube_api.py checks it):
+Watch cache, compaction and 410 Gone (measured on v1.36.3; tests/services/test_kube_api.py checks it):
 
 * With the watch cache (the default, as in real clusters) watches and exact-version
   lists are served from the apiserver's memory: after ``compact()`` a watch from an

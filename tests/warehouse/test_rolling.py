@@ -2,7 +2,7 @@
 
 The rollup must never change a report: whenever the passes happen, and whatever arrives late, the
 daily report by workload read from it gives the rows of the plan that computes them from the
-intervals (cost_by_workload.sql, itself checked against a reference in test_cost.py).
+intervals (cost_by_workload.sql, itself checked against a reference in test_costing.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from workloadmap.warehouse.pricing import parse_pricing
 from workloadmap.warehouse.querying import run_query_arrow
 from workloadmap.warehouse.writing import Warehouse
 
-from tests.test_cost import _DEMANDS, _PLAN_PRICING
+from tests.warehouse.test_costing import _DEMANDS, _PLAN_PRICING
 
 UTC = timezone.utc
 GiB = 2**30

@@ -16,7 +16,7 @@ from workloadmap.catalog.pods import GangGroup, PodMembership, gang_groups, matc
 from workloadmap.catalog.updating import UpdateError, resume, suspend, update_pod_specs
 from workloadmap.catalog.validating import load_definition
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
 
 def jobset():

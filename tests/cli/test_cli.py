@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from workloadmap.cli.main import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "catalog" / "examples"
 
 

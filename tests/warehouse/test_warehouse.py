@@ -33,7 +33,7 @@ from workloadmap.warehouse.writing import KafkaWarehouseWriter, MalformedRecord,
 
 WORKLOADS, TRANSITIONS = records.WORKLOADS_TOPIC, records.TRANSITIONS_TOPIC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- records
@@ -673,7 +673,7 @@ def test_killed_before_commit_leaves_nothing_partial(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from tests.test_warehouse import lifecycle, EXAMPLES, as_record
+        from tests.warehouse.test_warehouse import lifecycle, EXAMPLES, as_record
         from workloadmap.warehouse.writing import Warehouse
         wh = Warehouse({str(path)!r})
         real = wh.conn

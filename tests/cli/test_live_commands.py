@@ -30,7 +30,7 @@ from workloadmap.ingest.discovering import (AmbiguousTypeError, ServedResource, 
                                             resolve_type)
 from workloadmap.ingest.inspecting import Inspector, label_keys, live_view, pod_info
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NS_A, NS_B = "wlm-live-a", "wlm-live-b"
 TEAM = "wlm-test/team"
 

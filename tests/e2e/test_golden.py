@@ -16,9 +16,9 @@ import yaml
 from workloadmap.catalog.pods import match_pod
 from workloadmap.catalog.quantities import parse_quantity
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
-GOLDEN = sorted(Path(__file__).parent.joinpath("golden").glob("*.yaml"))
+GOLDEN = sorted(Path(__file__).parents[1].joinpath("golden").glob("*.yaml"))
 CASES = [
     pytest.param(path.stem, case, id=f"{path.stem}/{case['object']}")
     for path in GOLDEN
@@ -49,7 +49,7 @@ def _check_resources(actual: dict, expected: dict, where: str):
 
 @pytest.mark.parametrize("name, case", CASES)
 def test_golden(catalog, name, case):
-    spec = yaml.safe_load(Path(__file__).parent.joinpath("golden", f"{name}.yaml").read_text())
+    spec = yaml.safe_load(Path(__file__).parents[1].joinpath("golden", f"{name}.yaml").read_text())
     obj = example_objects(name)[case["object"]]
     definition = catalog.definition_for(obj)
     assert definition.name == spec["definition"]

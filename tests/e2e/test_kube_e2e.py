@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests import kube_objects as k
-from tests.test_pipeline_e2e import Pipeline
+from tests.e2e.test_pipeline_e2e import Pipeline
 from workloadmap.catalog import Catalog, records
 from workloadmap.ingest.authorizing import reader_rbac
 

@@ -30,7 +30,7 @@ from workloadmap.catalog.registry import bundled_examples
 CATALOG = Catalog.builtin()
 EXAMPLES = bundled_examples()
 GOLDEN_PODS = [case_pod["pod"]
-               for path in sorted(Path(__file__).parent.joinpath("golden").glob("*.yaml"))
+               for path in sorted(Path(__file__).parents[1].joinpath("golden").glob("*.yaml"))
                for case in yaml.safe_load(path.read_text())["cases"]
                for case_pod in case.get("pods") or []]
 

@@ -14,8 +14,8 @@ from workloadmap.ingest.simulating import simulate, simulate_messages
 from workloadmap.warehouse.querying import open_readonly, run_query
 from workloadmap.warehouse.writing import Warehouse
 
-ROOT = Path(__file__).resolve().parent.parent
-MARKER = "<!-- embedded-example: tests/test_embedding.py runs this block -->"
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- embedded-example: tests/e2e/test_embedding.py runs this block -->"
 
 
 def readme_example() -> str:

@@ -19,7 +19,7 @@ import duckdb
 
 from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse, workload_key
 
-_BENCH = Path(__file__).resolve().parent.parent / "bench" / "warehouse_bench.py"
+_BENCH = Path(__file__).resolve().parents[2] / "bench" / "warehouse_bench.py"
 RATIO = 1.3
 
 

@@ -9,7 +9,7 @@ import yaml
 
 from workloadmap.cli.main import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _resolve_command(argv):

@@ -323,7 +323,7 @@ def test_sql_prices_as_the_pricing_lookup(conn, sections):
 
 
 def test_example_pricing_file_loads():
-    example = load_pricing(os.path.join(os.path.dirname(__file__), "..", "warehouse", "pricing.example.yaml"))
+    example = load_pricing(os.path.join(os.path.dirname(__file__), "..", "..", "warehouse", "pricing.example.yaml"))
     assert example.currency == "USD"
     assert example.gpu_price("prod-us-east", "nvidia.com/gpu") == 3.10
     assert example.gpu_price("prod-eu-west", "nvidia.com/mig-1g.10gb") == 0.40

@@ -10,7 +10,7 @@ from referencing import Registry, Resource
 
 from workloadmap.catalog import records
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
 NAMES = ["resolved-workload", "workload-record", "raw-event", "transition", "dead-letter"]
 REGISTRY = Registry().with_resources(

@@ -22,7 +22,7 @@ from workloadmap.warehouse.querying import (
     QueryError, ReadOnlyViolation, WarehouseUnavailable, load_query, open_readonly, query_names, run_sql)
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ that partition's lock; OutputProducer overlaps them.  Checked with stand-ins
 for aiokafka's transactional producers: each partition's transaction gets
 its offsets, commits and begins the next one, in that order, and the three
 run concurrently.  End to end, transactions are checked by the pipeline
-tests against the real broker (tests/test_pipeline_e2e.py).
+tests against the real broker (tests/e2e/test_pipeline_e2e.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Cluster watchers against a real kube-apiserver: list + watch, relists, restarts, definitions.
 
 The publisher here records events in memory; the end-to-end path through
-Kafka, processors and DuckDB is tests/test_kube_e2e.py.
+Kafka, processors and DuckDB is tests/e2e/test_kube_e2e.py.
 """
 
 from __future__ import annotations

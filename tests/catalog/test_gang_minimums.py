@@ -12,7 +12,7 @@ import copy
 
 from workloadmap.catalog.pods import gang_groups
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
 
 def _pod(name: str, labels: dict, annotations: dict | None = None, owner: tuple | None = None) -> dict:

@@ -11,7 +11,7 @@ import yaml
 from workloadmap.catalog import records
 from workloadmap.processors.processing import MemoryStates, Processor, transition_of
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
 T0 = "2026-11-01T00:00:00.000Z"
 

@@ -14,7 +14,7 @@ from workloadmap.catalog.jqlang import JqError
 from workloadmap.catalog.jqlang import compile as jq_compile
 from workloadmap.catalog.jqlang.reading import ANY, paths_read, reads
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
 
 @pytest.mark.parametrize("source, expected", [

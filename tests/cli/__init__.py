@@ -1,0 +1,1 @@
+"""Tests of cli/: the output dialect, errors, exit codes, documentation and the live commands."""

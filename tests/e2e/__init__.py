@@ -1,0 +1,1 @@
+"""Suites across stages: the pipeline end to end (Kafka, kube-apiserver), the golden and property tests, and the modules of workloadmap/ that compose the stages (embedding, settings, feed, the compose file)."""

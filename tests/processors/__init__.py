@@ -1,0 +1,1 @@
+"""Tests of processors/: event processing, the raw consumer and the transactional sender."""

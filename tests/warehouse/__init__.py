@@ -1,0 +1,1 @@
+"""Tests of warehouse/: checking and writing records, the schema, rollups, deletions, and the readers (capacity, cost, query, export)."""
