@@ -9,7 +9,7 @@ import duckdb
 
 from workloadmap.warehouse import schema
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WAREHOUSE_README = ROOT / "warehouse" / "README.md"
 HEADING = re.compile(r"^### Tables \(schema version (\d+), `warehouse/schema\.py`\)$", re.MULTILINE)
 
