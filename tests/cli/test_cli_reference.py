@@ -8,7 +8,7 @@ from pathlib import Path
 
 from workloadmap.cli.main import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator():
