@@ -10,6 +10,10 @@ in README.md and checked by tests).
 - workload record (``workloadmap.workloads.v1``): the resolved workload (see
   workloads.py) plus ``cluster``, ``observedAt``, ``eventType``, ``deleted``,
   ``previousStatus``, ``previousStatusSince`` and ``statusSince``;
+- pod record (``workloadmap.pods.v1``), key ``cluster/podUid``: where a pod runs, what it
+  holds and the workload, component, instance and replica it belongs to;
+- node record (``workloadmap.nodes.v1``), key ``cluster/nodeName``: what a node has
+  (allocatable, capacity), whether it is cordoned or ready, the labels users group by;
 - status transition (``workloadmap.transitions.v1``): ``{cluster, namespace,
   name, kind, uid, framework, definition, from, to, at, gpus,
   previousDurationSeconds}``;
@@ -135,5 +139,5 @@ class DeadLetter:
 
 @lru_cache(maxsize=None)
 def schema(name: str) -> dict:
-    """The JSON Schema of a record: raw-event, workload-record, transition, dead-letter."""
+    """The JSON Schema of a record: raw-event, workload-record, pod-record, node-record, transition, dead-letter."""
     return json.loads(resources.files("workloadmap.catalog").joinpath(f"schemas/{name}.schema.json").read_text())

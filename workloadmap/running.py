@@ -42,7 +42,8 @@ def ensure_topics(settings: Settings) -> None:
         outputs = {"max.message.bytes": str(records.MAX_OUTPUT_MESSAGE_BYTES)}
         missing = [NewTopic(settings.raw_topic, settings.partitions, 1)] if settings.raw_topic not in existing else []
         missing += [NewTopic(t, settings.partitions, 1, topic_configs=outputs)
-                    for t in (settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic)
+                    for t in (settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
+                              settings.pods_topic, settings.nodes_topic)
                     if t not in existing]
         if settings.definitions_topic not in existing:
             # as many partitions as the raw topic: a worker publishes a definition in the
@@ -141,10 +142,11 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     stop = stop or stop_on_signals()
     writer = KafkaWarehouseWriter(
         settings.bootstrap_servers, settings.duckdb, pricing=pricing,
-        topics=(settings.workloads_topic, settings.transitions_topic, records.PODS_TOPIC, records.NODES_TOPIC),
+        topics=(settings.workloads_topic, settings.transitions_topic, settings.pods_topic, settings.nodes_topic),
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
-        transitions_topic=settings.transitions_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
+        transitions_topic=settings.transitions_topic, pods_topic=settings.pods_topic,
+        nodes_topic=settings.nodes_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
     collect_garbage_rarely()
     return writer.run(stop)
 

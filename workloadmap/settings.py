@@ -32,6 +32,8 @@ class Settings:
     transitions_topic: str = records.TRANSITIONS_TOPIC
     deadletter_topic: str = records.DEADLETTER_TOPIC
     definitions_topic: str = records.DEFINITIONS_TOPIC
+    pods_topic: str = records.PODS_TOPIC
+    nodes_topic: str = records.NODES_TOPIC
     duckdb: str = "workloadmap.duckdb"
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"

@@ -10,9 +10,10 @@ from referencing import Registry, Resource
 
 from workloadmap.catalog import records
 
+from tests.allocation_records import node, pod
 from tests.conftest import example_objects
 
-NAMES = ["resolved-workload", "workload-record", "raw-event", "transition", "dead-letter"]
+NAMES = ["resolved-workload", "workload-record", "raw-event", "transition", "dead-letter", "pod-record", "node-record"]
 REGISTRY = Registry().with_resources(
     (records.schema(n)["$id"].rsplit("/", 1)[-1], Resource.from_contents(records.schema(n))) for n in NAMES
 ).with_resources((records.schema(n)["$id"], Resource.from_contents(records.schema(n))) for n in NAMES)
@@ -62,3 +63,27 @@ def test_dead_letter_keeps_the_original_bytes():
 def test_raw_event_rejects_unknown_types():
     with pytest.raises(ValueError):
         records.raw_event("c", "UPDATED", {"kind": "Pod"})
+
+
+def test_the_warehouse_tests_pod_and_node_records_match_the_schemas():
+    """The warehouse's tests build records by hand (tests/allocation_records.py): they must be the records
+    the processors publish, so both halves code against one format."""
+    validator("pod-record").validate(pod("p1", "2026-11-01T00:00:00Z", "Bound", node="n1", gpu=8))
+    validator("pod-record").validate(pod("p2", "2026-11-01T00:00:00Z", "Pending", workload=None))
+    validator("node-record").validate(node("n1", "2026-11-01T00:00:00Z", unschedulable=True))
+    validator("node-record").validate(node("n2", "2026-11-01T00:00:00Z", gpu=0, product=None, pool=None))
+
+
+@pytest.mark.parametrize("name, record, wrong", [
+    ("pod-record", pod("p1", "2026-11-01T00:00:00Z", "Bound", node="n1"), {"state": "Running"}),
+    ("pod-record", pod("p1", "2026-11-01T00:00:00Z", "Bound", node="n1"), {"workload": {"kind": "Pod"}}),
+    ("pod-record", pod("p1", "2026-11-01T00:00:00Z", "Bound", node="n1"), {"env": []}),
+    ("node-record", node("n1", "2026-11-01T00:00:00Z"), {"allocatable": {"gpu": 8}}),
+    ("node-record", node("n1", "2026-11-01T00:00:00Z"), {"labels": {"gpuProduct": "H100"}}),
+])
+def test_pod_and_node_schemas_refuse_what_the_interface_does_not_allow(name, record, wrong):
+    """A state outside Pending/Bound/Terminated, a workload reference without name and uid, a field the
+    interface does not have (a pod's env must never travel), amounts without CPU and memory, labels
+    without every grouping key: each is refused (the interface of issue 25)."""
+    with pytest.raises(jsonschema.ValidationError):
+        validator(name).validate({**record, **wrong})
