@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from .conftest import example_objects
+
 
 def _jobset(replicated_jobs_status: list[dict], conditions: list[dict] = (), suspend: bool = False) -> dict:
     """A JobSet of two 8-GPU trainer Jobs with the given status (kubernetes-sigs/jobset v1alpha2)."""
@@ -774,5 +776,18 @@ def test_dynamo_v1beta1_pod_labels_and_gang(catalog):
         "nvidia.com/dynamo-component": "decode", "nvidia.com/dynamo-graph-deployment-name": "vllm-disagg",
         "grove.io/podcliquescalinggroup": "vllm-disagg-0-decode",
         "grove.io/podcliquescalinggroup-replica-index": "0"})
-    got = match_pod(catalog.get("dynamographdeployment"), pod)
+    got = match_pod(catalog.get("dynamographdeployment-v1beta1"), pod)
     assert (got.component, got.instance, got.replica) == ("service", "decode", "0")
+
+
+def test_dynamo_definition_is_picked_by_api_version(catalog):
+    """Each served version has its definition (the catalog's exact-version rule): v1beta1's components
+    list is not read by the v1alpha1 definition, nor the v1alpha1 services map by v1beta1's."""
+    beta = _dgd_v1beta1_disagg_multinode()
+    assert catalog.definition_for(beta).name == "dynamographdeployment-v1beta1"
+    alpha = example_objects("dynamographdeployment")["vllm-disagg"]
+    assert catalog.definition_for(alpha).name == "dynamographdeployment"
+    mislabelled = {**beta, "apiVersion": "nvidia.com/v1alpha1"}
+    assert [c for c in catalog.resolve(mislabelled).components if c.name == "service"] == []
+    mislabelled = {**alpha, "apiVersion": "nvidia.com/v1beta1"}
+    assert [c for c in catalog.resolve(mislabelled).components if c.name == "service"] == []
