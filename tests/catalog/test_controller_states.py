@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import example_objects
+from ..conftest import example_objects
 
 
 def _jobset(replicated_jobs_status: list[dict], conditions: list[dict] = (), suspend: bool = False) -> dict:
