@@ -13,8 +13,10 @@ from pathlib import Path
 
 import click
 
+from workloadmap.warehouse import capacities
 from workloadmap.warehouse.capacities import (
-    CATEGORIES, DIMENSIONS, capacity_item, series_item, top_item, window_summary)
+    ALLOCATION_DIMENSIONS, ALLOCATION_SERIES_DIMENSIONS, CATEGORIES, DIMENSIONS, WAIT_DIMENSIONS, capacity_item,
+    series_item, top_item, window_summary)
 from workloadmap.warehouse.querying import (
     QueryError, ReadOnlyViolation, WarehouseUnavailable, run_query, run_sql)
 from workloadmap.warehouse.values import jsonable, number, parse_step
@@ -55,10 +57,16 @@ def simple_table(items: list[dict], columns: list[str], title: str | None = None
               "(now, at --at, or by GPU-hours over --since/--until).")
 @click.option("--resource", type=click.Choice(sorted(RESOURCES)), default="gpus", show_default=True,
               help="The resource the table shows (JSON and CSV have all three).")
+@click.option("--allocation", is_flag=True,
+              help="What the nodes have and the pods hold instead of what workloads request: GPUs allocatable, "
+                   "schedulable, allocated, idle, pending and requested, by cluster, gpu_product, node_pool, node, "
+                   "namespace, framework, workload.")
+@click.option("--node-pool", "node_pools", multiple=True, help="--allocation: only these node pools.")
+@click.option("--gpu-product", "gpu_products", multiple=True, help="--allocation: only these GPU products.")
 @filter_options
 @output_option("table", "json", "yaml", "csv", default="table")
-def capacity(duckdb_path, by, at, since, until, step, top, resource, clusters, namespaces, frameworks, kinds,
-             statuses, output):
+def capacity(duckdb_path, by, at, since, until, step, top, resource, allocation, node_pools, gpu_products, clusters,
+             namespaces, frameworks, kinds, statuses, output):
     """GPU, CPU and memory demand: now, at an instant, or over a window; by cluster, namespace, framework ...
 
     \b
@@ -70,8 +78,29 @@ def capacity(duckdb_path, by, at, since, until, step, top, resource, clusters, n
       all       every status but Deleted (Completed/Failed specs still request)
     Time series (--since): per step, the time-weighted average and the peak of the demand
     of Running and Degraded workloads (or of --status), then the whole window per group.
+
+    \b
+    With --allocation (pods and nodes), GPUs at an instant:
+      allocatable    the nodes' allocatable GPUs (cordoned nodes included)
+      schedulable    of Ready nodes that are not cordoned
+      unschedulable  of cordoned nodes
+      allocated      held by pods bound to a node
+      idle           allocatable - allocated (groups of nodes only)
+      pending        requested by pods waiting for a node
+      requested      what live workloads ask for (Running, Degraded, Initializing,
+                     Resuming, Suspended, Suspending)
+    and over a window (--since), per step the average allocatable, allocated, idle
+    and pending GPUs and their peaks.
     """
     dims = [] if by.strip().lower() in ("", "none") else [d.strip().lower() for d in by.split(",") if d.strip()]
+    if allocation:
+        _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses, output,
+                    clusters=split_values(clusters), namespaces=split_values(namespaces),
+                    frameworks=split_values(frameworks), node_pools=split_values(node_pools),
+                    gpu_products=split_values(gpu_products))
+        return
+    if node_pools or gpu_products:
+        raise click.UsageError("--node-pool and --gpu-product filter --allocation")
     bad = [d for d in dims if d not in DIMENSIONS]
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(DIMENSIONS)}", param_hint="--by")
@@ -171,6 +200,121 @@ def _emit_top(output, items, resource, at, since, until):
         return simple_table(items, ["cluster", "namespace", "name", "kind", "gpu_hours", "avg_gpus", "peak_gpus"],
                             f"Top workloads by GPU-hours, {jsonable(since)} .. {jsonable(until)}",
                             right={"gpu_hours", "avg_gpus", "peak_gpus"})
+
+    emit(output, items, table=table)
+
+
+def _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses, output, **filters):
+    """`capacity --allocation`: ``capacities.allocation`` now / at an instant, ``allocation_series`` over a window."""
+    if top is not None or kinds or statuses:
+        raise click.UsageError("--top, --kind and --status are for workload demand, not with --allocation")
+    if at is not None and since is not None:
+        raise click.UsageError("--at is an instant, --since a window: give one of them")
+    if until is not None and since is None:
+        raise click.UsageError("--until needs --since")
+    allowed = ALLOCATION_DIMENSIONS if since is None else ALLOCATION_SERIES_DIMENSIONS
+    bad = [d for d in dims if d not in allowed]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(allowed)}", param_hint="--by")
+    dims = list(dict.fromkeys(dims))
+    try:
+        step_delta = parse_step(step)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    conn = connect(duckdb_path)
+    try:
+        if since is None:
+            items = capacities.allocation(conn, at=at, by=dims, **filters)
+        else:
+            if until is None:
+                until = run_query(conn, "history_bounds").rows[0][1]
+                if until is None:
+                    fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
+            if until <= since:
+                raise click.UsageError("--until must be after --since")
+            items = capacities.allocation_series(conn, since, until, step_delta, step_name=step, by=dims, **filters)
+    except (QueryError, ReadOnlyViolation) as exc:
+        fail(exc)
+    finally:
+        conn.close()
+    shown = [("workload" if d == "workload" else d) for d in dims]
+    if since is None:
+        when = "now" if at is None else f"at {jsonable(at)}"
+        columns = [f"{c}_gpus" for c in capacities.ALLOCATION_COLUMNS]
+        title = f"GPUs {when}: capacity, allocation, idle, pending" + (f", by {', '.join(dims)}" if dims else "")
+        emit(output, items, table=lambda items: simple_table(
+            [{**i, **{c[:-5]: i[c] for c in columns}} for i in items],
+            shown + ["nodes", *capacities.ALLOCATION_COLUMNS, "bound_pods", "pending_pods"], title,
+            right={"nodes", *capacities.ALLOCATION_COLUMNS, "bound_pods", "pending_pods"}))
+    else:
+        columns = ["avg_allocatable", "avg_allocated", "avg_idle", "avg_pending", "peak_allocated", "peak_pending"]
+        emit(output, items, table=lambda items: simple_table(
+            [{**i, **{c: i[f"{c}_gpus"] for c in columns}} for i in items], ["start", *dims, *columns],
+            f"GPUs per {step}: allocatable, allocated, idle, pending", right=set(columns)))
+
+
+# --------------------------------------------------------------------------- wait
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as a short human duration: 45s, 12m, 3h05m, 2d04h."""
+    if seconds is None:
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+@click.command("wait")
+@duckdb_option
+@click.option("--by", "by", default="namespace,framework", show_default=True,
+              help="Group by these, comma-separated: cluster, namespace, framework, workload (or 'none').")
+@click.option("--waiting", is_flag=True, help="Only the workloads waiting now, one row each.")
+@click.option("--since", type=Instant(), help="Only workloads created at or after this instant.")
+@click.option("--until", type=Instant(), help="Only workloads created before this instant.")
+@click.option("--as-of", "as_of", type=Instant(),
+              help="Where waits still running end (default: now; a past instant for a stopped history).")
+@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable, or comma-separated).")
+@click.option("-n", "--namespace", "namespaces", multiple=True, help="Only these namespaces.")
+@click.option("--framework", "frameworks", multiple=True, help="Only these frameworks.")
+@output_option("table", "json", "yaml", "csv", default="table")
+def wait(duckdb_path, by, waiting, since, until, as_of, clusters, namespaces, frameworks, output):
+    """Queue wait: how long workloads waited for all their pods to be bound, p50/p90/max per group.
+
+    A workload's wait runs from its creation to the first instant as many of its
+    pods are bound to nodes as it asks for; workloads still waiting count with
+    their wait so far.  --waiting lists them (by workload).
+    """
+    dims = [] if by.strip().lower() in ("", "none") else [d.strip().lower() for d in by.split(",") if d.strip()]
+    if waiting:
+        dims = ["workload"]
+    bad = [d for d in dims if d not in WAIT_DIMENSIONS]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(WAIT_DIMENSIONS)}", param_hint="--by")
+    conn = connect(duckdb_path)
+    try:
+        items = capacities.queue_waits(conn, by=dims, waiting=waiting, since=since, until=until, as_of=as_of,
+                                       clusters=split_values(clusters), namespaces=split_values(namespaces),
+                                       frameworks=split_values(frameworks))
+    except (QueryError, ReadOnlyViolation) as exc:
+        fail(exc)
+    finally:
+        conn.close()
+
+    def table(items):
+        view = [{**i, **{k: duration(i[f"{k}_wait_s"]) for k in ("p50", "p90", "max")}} for i in items]
+        if "workload" in dims:
+            view = [{**v, "wait": v["max"]} for v in view]
+            return simple_table(view, ["cluster", "namespace", "workload", "status", "created", "ready_at", "wait"],
+                                "Workloads waiting now" if waiting else "Queue wait per workload", right={"wait"})
+        return simple_table(view, dims + ["workloads", "waiting", "p50", "p90", "max"],
+                            "Queue wait" + (f" by {', '.join(dims)}" if dims else ""),
+                            right={"workloads", "waiting", "p50", "p90", "max"})
 
     emit(output, items, table=table)
 
@@ -314,5 +458,5 @@ def export(parquet_dir, tables, overwrite, duckdb_path, output):
 
 
 def register(cli: click.Group) -> None:
-    for command in (capacity, query, feed, export):
+    for command in (capacity, wait, query, feed, export):
         cli.add_command(command)

@@ -28,7 +28,8 @@ from .outputs import emit, fail, output_option
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 _RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)([dhm])$")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes"}
-LABELS = {"cluster": "Cluster", "namespace": "Namespace", "framework": "Framework", "workload": "Workload"}
+LABELS = {"cluster": "Cluster", "namespace": "Namespace", "framework": "Framework", "workload": "Workload",
+          "node_pool": "Node pool"}
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
@@ -76,11 +77,17 @@ def item_of(row: costing.CostRow, report: costing.CostReport) -> dict:
     return item
 
 
+def _billed(report: costing.CostReport) -> str:
+    if report.basis == costing.ALLOCATED:
+        return "billed: GPUs, CPU and memory allocated (held by pods bound to nodes)"
+    return f"billed: requested while {', '.join(report.statuses)}"
+
+
 def _table(report: costing.CostReport):
     def build(items):
         step = report.step is not None
         t = Table(title=f"{_short(report.since)} → {_short(report.until)} UTC", title_justify="left",
-                  caption=f"billed statuses: {', '.join(report.statuses)}", caption_justify="left")
+                  caption=_billed(report), caption_justify="left")
         if step:
             t.add_column("Period")
         for d in report.columns:
@@ -123,13 +130,51 @@ def csv_columns(report: costing.CostReport) -> list[str]:
     return [c for c in CSV_COLUMNS if c in keep]
 
 
+def idle_item(row: costing.IdleRow) -> dict:
+    item = {"periodStart": iso(row.period_start), "periodEnd": iso(row.period_end), "cluster": row.cluster,
+            "nodePool": row.node_pool, "resource": row.resource,
+            "allocatableGpuHours": _r(row.allocatable_gpu_hours), "allocatedGpuHours": _r(row.allocated_gpu_hours),
+            "idleGpuHours": _r(row.idle_gpu_hours)}
+    if row.idle_cost is not None:
+        item.update(idleCost=_r(row.idle_cost, 2), unpricedIdleGpuHours=_r(row.unpriced_hours))
+    return item
+
+
+def _idle_table(rows: list[costing.IdleRow], since, until, by, currency):
+    def build(items):
+        t = Table(title=f"Idle GPUs {_short(since)} → {_short(until)} UTC", title_justify="left",
+                  caption="idle = allocatable - allocated GPU-hours", caption_justify="left")
+        step = len({r.period_start for r in rows}) > 1
+        if step:
+            t.add_column("Period")
+        for d in by:
+            t.add_column(LABELS[d])
+        t.add_column("GPU resource")
+        for name in ("Allocatable GPU-h", "Allocated GPU-h", "Idle GPU-h", "Idle %"):
+            t.add_column(name, justify="right")
+        if currency:
+            t.add_column(f"Idle cost {currency}", justify="right")
+        for r in rows:
+            cells = [cost_html.period_label(r.period_start, r.period_end)] if step else []
+            cells += [str(getattr(r, d) or "-") for d in by] + [r.resource]
+            share = r.idle_gpu_hours / r.allocatable_gpu_hours * 100 if r.allocatable_gpu_hours else 0.0
+            cells += [f"{r.allocatable_gpu_hours:,.1f}", f"{r.allocated_gpu_hours:,.1f}", f"{r.idle_gpu_hours:,.1f}",
+                      f"{share:,.0f}%"]
+            if currency:
+                cells.append("-" if r.idle_cost is None else f"{r.idle_cost:,.2f}")
+            t.add_row(*cells)
+        return t
+    return build
+
+
 # --------------------------------------------------------------------------- HTML
 
 
 def html_report(conn, report: costing.CostReport, *, options: dict, pricing_source: str | None) -> str:
     """The HTML document: the charts need their own cuts of the same window (a series, workloads, clusters)."""
     common = dict(statuses=report.statuses, pricing=options["pricing"], as_of=options["as_of"],
-                  clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"])
+                  clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"],
+                  basis=report.basis)
     span = report.until - report.since
     step = report.step or (STEPS["day"] if span >= timedelta(days=2) else STEPS["hour"])
     first = report.by[0] if report.by else "cluster"
@@ -161,6 +206,7 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
     cluster_unit = f"{report.currency}" if priced else "GPU-hours"
     cluster_chart = cost_html.horizontal_bars("chart-clusters", by_cluster, unit=cluster_unit)
 
+    more_charts = _allocation_charts(conn, report, step, periods, options)
     total = report.totals()
     cards = [("GPU-hours", f"{total.gpu_hours:,.1f}"), ("CPU core-hours", f"{total.cpu_core_hours:,.1f}"),
              ("Memory GiB-hours", f"{total.memory_gib_hours:,.1f}")]
@@ -197,7 +243,36 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
         time_chart=time_chart, time_title=f"GPU-hours per {'day' if step == STEPS['day'] else 'hour'} by {first}",
         top_chart=top_chart, top_title=f"Top {cost_html.TOP_WORKLOADS} workloads by GPU-hours",
         cluster_chart=cluster_chart, cluster_title="Cost by cluster" if priced else "GPU-hours by cluster",
-        tables=tables, notes=notes)
+        tables=tables, notes=notes, more_charts=more_charts)
+
+
+def _allocation_charts(conn, report: costing.CostReport, step, periods, options) -> list[tuple[str, str]]:
+    """Allocation against capacity per period (allocated and idle GPU-hours stacked: the bar is what the
+    nodes had) and idle GPU-hours (or cost) by cluster; none when the history has no nodes."""
+    rows = costing.idle_report(conn, report.since, report.until, by=("cluster",), step=step,
+                               pricing=options["pricing"], as_of=options["as_of"], clusters=options["clusters"])
+    if not rows:
+        return []
+    index = {p[0]: i for i, p in enumerate(periods)}
+    allocated, idle = [0.0] * len(periods), [0.0] * len(periods)
+    by_cluster: dict[str, float] = {}
+    priced = report.currency is not None
+    for r in rows:
+        i = index.get(r.period_start)
+        if i is not None:
+            allocated[i] += r.allocated_gpu_hours
+            idle[i] += max(r.idle_gpu_hours, 0.0)
+        value = (r.idle_cost or 0.0) if priced else r.idle_gpu_hours
+        by_cluster[r.cluster or "-"] = by_cluster.get(r.cluster or "-", 0.0) + value
+    unit = "day" if step == STEPS["day"] else "hour"
+    return [
+        (f"GPU-hours allocated and idle per {unit} (the bar: allocatable)",
+         cost_html.stacked_bars(periods, [("allocated", allocated), ("idle", idle)], unit="GPU-hours",
+                                chart_id="chart-allocation")),
+        ("Idle cost by cluster" if priced else "Idle GPU-hours by cluster",
+         cost_html.horizontal_bars("chart-idle", sorted(by_cluster.items(), key=lambda kv: (-kv[1], kv[0])),
+                                   unit=report.currency if priced else "GPU-hours")),
+    ]
 
 
 # --------------------------------------------------------------------------- the command
@@ -210,14 +285,20 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
 @click.option("--until", metavar="TIME",
               help="Window end (exclusive), same forms; default: the end of the history (its last state).")
 @click.option("--by", "by", multiple=True, metavar="DIMS",
-              help="Group by cluster, namespace, framework, workload (comma-separated or repeated; "
-                   "default cluster). The first one stacks the HTML time chart.")
+              help="Group by cluster, namespace, framework, workload, role (a workload's component; allocated "
+                   "basis) (comma-separated or repeated; default cluster); with --idle: cluster, node_pool. "
+                   "The first one stacks the HTML time chart.")
 @click.option("--step", type=click.Choice(sorted(STEPS)), default=None,
               help="One row per period (periods start at --since); default: the whole window.")
 @click.option("--pricing", "pricing_path", envvar="WORKLOADMAP_PRICING", type=click.Path(dir_okay=False),
               help="Pricing file (YAML, see warehouse/pricing.example.yaml); without it, hours only.")
+@click.option("--basis", type=click.Choice(costing.BASES), default=costing.ALLOCATED, show_default=True,
+              help="Bill what pods hold while bound to nodes (allocated), or what workloads request while "
+                   "Running/Degraded (requested).")
 @click.option("--include-initializing", is_flag=True,
-              help="Also bill Initializing and Resuming (default: Running and Degraded only).")
+              help="--basis requested: also bill Initializing and Resuming (default: Running and Degraded only).")
+@click.option("--idle", is_flag=True,
+              help="Instead: allocatable, allocated and idle GPU-hours and the idle cost, by cluster or node_pool.")
 @click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable, or comma-separated).")
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Only these namespaces.")
 @click.option("--framework", "frameworks", multiple=True,
@@ -225,22 +306,27 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
 @output_option("table", "json", "csv", "html", default="table")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file instead of stdout (meant for -o html).")
-def cost(duckdb_path, since, until, by, step, pricing_path, include_initializing, clusters, namespaces, frameworks,
-         output, out_path):
+def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initializing, idle, clusters, namespaces,
+         frameworks, output, out_path):
     """GPU-hours, CPU core-hours and memory GiB-hours consumed over a window, and their cost.
 
-    Intervals count while Running or Degraded (and Initializing/Resuming with
-    --include-initializing), each only for its part inside the window; an
-    open interval (a workload's current state) lasts until now.
+    By default what pods held while bound to a node (allocated), attributed to
+    their workload (and role: --by role); with --basis requested, what workloads
+    requested while Running or Degraded (and Initializing/Resuming with
+    --include-initializing).  Each interval counts only its part inside the
+    window; an open one lasts until now.  --idle: the GPU-hours the nodes had
+    and no pod held, and their cost.
     """
     now = datetime.now(timezone.utc)
     t0 = parse_time(since, now=now)
     t1 = parse_time(until, now=now) if until else None
     dims = split_values(by) or ["cluster"]
-    unknown = [d for d in dims if d not in costing.DIMENSIONS]
+    allowed = costing.IDLE_DIMENSIONS if idle else costing.DIMENSIONS + (("role",) if basis == costing.ALLOCATED else ())
+    unknown = [d for d in dims if d not in allowed]
     if unknown:
-        raise click.BadParameter(f"{', '.join(unknown)}: choose among {', '.join(costing.DIMENSIONS)}",
-                                 param_hint="--by")
+        raise click.BadParameter(f"{', '.join(unknown)}: choose among {', '.join(allowed)}", param_hint="--by")
+    if include_initializing and basis == costing.ALLOCATED and not idle:
+        raise click.UsageError("--include-initializing bills requests by status: give --basis requested")
     try:
         pricing = load_pricing(pricing_path) if pricing_path else None
     except PricingError as exc:
@@ -255,31 +341,49 @@ def cost(duckdb_path, since, until, by, step, pricing_path, include_initializing
                 fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
         if t1 <= t0:
             raise click.BadParameter(f"{iso(t1)} is not after --since {iso(t0)}", param_hint="--until")
-        report = costing.cost_report(
-            conn, t0, t1, by=tuple(dict.fromkeys(dims)), step=STEPS.get(step),
-            statuses=costing.consuming_statuses(include_initializing), pricing=pricing, as_of=now,
-            clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"])
-        document = html_report(conn, report, options=options, pricing_source=pricing_path) \
-            if output == "html" else None
+        if idle:
+            if output == "html":
+                raise click.UsageError("--idle prints a table, JSON or CSV; the HTML report has the idle charts")
+            rows = costing.idle_report(conn, t0, t1, by=tuple(dict.fromkeys(dims)), step=STEPS.get(step),
+                                       pricing=pricing, as_of=now, clusters=options["clusters"])
+        else:
+            report = costing.cost_report(
+                conn, t0, t1, by=tuple(dict.fromkeys(dims)), step=STEPS.get(step),
+                statuses=costing.consuming_statuses(include_initializing), pricing=pricing, as_of=now,
+                clusters=options["clusters"], namespaces=options["namespaces"], frameworks=options["frameworks"],
+                basis=basis)
+            document = html_report(conn, report, options=options, pricing_source=pricing_path) \
+                if output == "html" else None
     except QueryError as exc:
         fail(exc)
     finally:
         conn.close()
+    if idle:
+        items = [idle_item(r) for r in rows]
+        with contextlib.ExitStack() as stack:
+            if out_path:
+                stack.enter_context(contextlib.redirect_stdout(_open_out(out_path, stack)))
+            emit(output, items, table=_idle_table(rows, t0, t1, list(dict.fromkeys(dims)),
+                                                  pricing.currency if pricing else None))
+        return
     for (cluster, resource), hours in sorted(report.unpriced.items()):
         click.echo(f"warning: no price for {resource} in cluster {cluster} ({pricing_path}): "
                    f"{hours:,.1f} GPU-hours not costed", err=True)
     items = [item_of(row, report) for row in report.rows]
     with contextlib.ExitStack() as stack:
         if out_path:
-            try:
-                stream = stack.enter_context(open(out_path, "w", encoding="utf-8", newline=""))
-            except OSError as exc:
-                fail(OSError(f"{out_path}: cannot write: {exc.strerror}"))
-            stack.enter_context(contextlib.redirect_stdout(stream))
+            stack.enter_context(contextlib.redirect_stdout(_open_out(out_path, stack)))
         if output == "html":
             sys.stdout.write(document)
         else:
             emit(output, items, table=_table(report), columns=csv_columns(report))
+
+
+def _open_out(out_path, stack):
+    try:
+        return stack.enter_context(open(out_path, "w", encoding="utf-8", newline=""))
+    except OSError as exc:
+        fail(OSError(f"{out_path}: cannot write: {exc.strerror}"))
 
 
 def register(cli: click.Group) -> None:

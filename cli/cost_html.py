@@ -57,7 +57,8 @@ def _tick_label(i: int, start: datetime, end: datetime) -> str:
     return start.strftime("%H:%M")
 
 
-def stacked_bars(periods, series: list[tuple[str, list[float]]], *, unit: str, width=1100, height=360) -> str:
+def stacked_bars(periods, series: list[tuple[str, list[float]]], *, unit: str, width=1100, height=360,
+                 chart_id: str = "chart-time") -> str:
     """A stacked column chart: one column per period, one stack per named series."""
     left, right, top, bottom = 70, 10, 10, 50
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -66,7 +67,7 @@ def stacked_bars(periods, series: list[tuple[str, list[float]]], *, unit: str, w
     n = max(len(periods), 1)
     slot = plot_w / n
     bar_w = max(1.0, slot * 0.8)
-    parts = [f'<svg class="chart" id="chart-time" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+    parts = [f'<svg class="chart" id="{esc(chart_id)}" xmlns="http://www.w3.org/2000/svg" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{esc(unit)} over time">']
     for k in range(5):  # grid and y ticks
         v = y_max * k / 4
@@ -213,8 +214,8 @@ JS = """
 
 def render(*, title: str, meta: list[str], cards: list[tuple[str, str]], time_chart: str, time_title: str,
            top_chart: str, top_title: str, cluster_chart: str, cluster_title: str, tables: list[tuple[str, str]],
-           notes: list[str]) -> str:
-    """The whole document."""
+           notes: list[str], more_charts: list[tuple[str, str]] = ()) -> str:
+    """The whole document; `more_charts` (title, chart) come after the cluster chart (allocation, idle)."""
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width,initial-scale=1">',
              f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
@@ -224,6 +225,8 @@ def render(*, title: str, meta: list[str], cards: list[tuple[str, str]], time_ch
     parts.extend(f'<p class="note">{esc(n)}</p>' for n in notes)
     parts += [f"<h2>{esc(time_title)}</h2>", time_chart, f"<h2>{esc(top_title)}</h2>", top_chart,
               f"<h2>{esc(cluster_title)}</h2>", cluster_chart]
+    for heading, chart in more_charts:
+        parts += [f"<h2>{esc(heading)}</h2>", chart]
     for heading, body in tables:
         parts += [f"<h2>{esc(heading)}</h2>", body]
     parts.append(f"<script>{JS}</script></body></html>\n")

@@ -11,6 +11,7 @@ average of its steps and the highest of their peaks.
 
 from __future__ import annotations
 
+from .querying import run_query
 from .values import GIB, jsonable, number
 
 DIMENSIONS = ("cluster", "namespace", "framework", "kind", "status")
@@ -73,3 +74,89 @@ def top_item(row: dict) -> dict:
         item.update(gpu_hours=number(row["gpu_hours"]), avg_gpus=number(row["avg_gpus"]),
                     peak_gpus=number(row["peak_gpus"]))
     return item
+
+
+# --------------------------------------------------------------------------- allocation (pods and nodes)
+
+ALLOCATION_DIMENSIONS = ("cluster", "gpu_product", "node_pool", "node", "namespace", "framework", "workload")
+ALLOCATION_SERIES_DIMENSIONS = ("cluster", "gpu_product", "node_pool", "namespace", "framework")
+ALLOCATION_COLUMNS = ("allocatable", "schedulable", "unschedulable", "allocated", "idle", "pending", "requested")
+WAIT_DIMENSIONS = ("cluster", "namespace", "framework", "workload")
+
+
+def _group(row: dict, by) -> dict:
+    item = {d: row[d] for d in by if d != "workload"}
+    if "workload" in by:
+        item["workload"] = None if row["kind"] is None else f"{row['kind']}/{row['name']}"
+        item["uid"] = row["uid"]
+    return item
+
+
+def allocation_item(row: dict, by) -> dict:
+    """A row of ``allocation``: the group, its nodes, and the GPUs allocatable, schedulable, unschedulable,
+    allocated, idle (None for pod-side groups), pending and requested, with the pods bound and pending."""
+    item = _group(row, by)
+    item["nodes"] = row["nodes"]
+    for c in ALLOCATION_COLUMNS:
+        item[f"{c}_gpus"] = number(row[c]) if row[c] is not None else None
+    item.update(bound_pods=row["bound_pods"], pending_pods=row["pending_pods"], workloads=row["workloads"])
+    return item
+
+
+def allocation_series_item(row: dict, by, step: str) -> dict:
+    """A row of ``allocation_series``: one step of one group, averages and peaks."""
+    item = {"start": jsonable(row["step_start"]), "end": jsonable(row["step_end"]), "step": step}
+    item.update({d: row[d] for d in by})
+    for c in ("allocatable", "allocated", "idle", "pending"):
+        item[f"avg_{c}_gpus"] = None if row[f"avg_{c}"] is None else number(row[f"avg_{c}"])
+    for c in ("allocatable", "allocated", "pending"):
+        item[f"peak_{c}_gpus"] = number(row[f"peak_{c}"])
+    return item
+
+
+def wait_item(row: dict, by) -> dict:
+    """A row of ``queue_waits``: the group (a workload: with its created, ready_at and status), how many
+    workloads and how many of them wait, and the p50 / p90 / max of their waits in seconds."""
+    item = _group(row, by)
+    if "workload" in by:
+        item.update(cluster=row["cluster"], namespace=row["namespace"], framework=row["framework"],
+                    status=row["status"], created=jsonable(row["created"]), ready_at=jsonable(row["ready_at"]))
+    item.update(workloads=row["workloads"], waiting=row["waiting"], p50_wait_s=number(row["p50_wait_s"]),
+                p90_wait_s=number(row["p90_wait_s"]), max_wait_s=number(row["max_wait_s"]))
+    return item
+
+
+def _dimensions(by, allowed) -> list[str]:
+    by = list(dict.fromkeys(by or ()))
+    bad = [d for d in by if d not in allowed]
+    if bad:
+        raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(allowed)})")
+    return by
+
+
+def allocation(conn, *, at=None, by=("cluster",), **filters) -> list[dict]:
+    """GPUs allocatable, schedulable, allocated, idle, pending and requested now (or `at`), per group of
+    ALLOCATION_DIMENSIONS (``queries/allocation.sql``); filters: clusters, namespaces, frameworks,
+    node_pools, gpu_products (lists or None)."""
+    by = _dimensions(by, ALLOCATION_DIMENSIONS)
+    rows = run_query(conn, "allocation", at=at, by=by or None, **filters).dicts()
+    return [allocation_item(r, by) for r in rows]
+
+
+def allocation_series(conn, since, until, step, *, step_name: str, by=("cluster",), **filters) -> list[dict]:
+    """Per step of `step` over [since, until): average and peak GPUs allocatable, allocated, idle and pending
+    per group of ALLOCATION_SERIES_DIMENSIONS (``queries/allocation_series.sql``)."""
+    by = _dimensions(by, ALLOCATION_SERIES_DIMENSIONS)
+    rows = run_query(conn, "allocation_series", since=since, until=until, step=step, by=by or None,
+                     **filters).dicts()
+    return [allocation_series_item(r, by, step_name) for r in rows]
+
+
+def queue_waits(conn, *, by=("namespace", "framework"), waiting: bool = False, since=None, until=None, as_of=None,
+                **filters) -> list[dict]:
+    """Queue waits per group of WAIT_DIMENSIONS (p50, p90, max; `workload`: one row each), or only the
+    workloads waiting at `as_of` (default now) with `waiting` (``queries/queue_waits.sql``)."""
+    by = _dimensions(by, WAIT_DIMENSIONS)
+    rows = run_query(conn, "queue_waits", by=by or None, waiting=waiting, since=since, until=until, as_of=as_of,
+                     **filters).dicts()
+    return [wait_item(r, by) for r in rows]

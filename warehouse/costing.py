@@ -48,6 +48,8 @@ from .querying import run_query_arrow
 CONSUMING = ("Running", "Degraded")
 STARTING = ("Initializing", "Resuming")
 DIMENSIONS = ("cluster", "namespace", "framework", "workload")
+REQUESTED, ALLOCATED = "requested", "allocated"
+BASES = (ALLOCATED, REQUESTED)  # what a cost report bills (cost_report's `basis`)
 UNSPECIFIED_GPU = "unspecified"  # GPUs of a record that named no GPU resource (see cost_report.sql)
 
 
@@ -95,6 +97,7 @@ class CostReport:
     statuses: tuple[str, ...]
     currency: str | None  # None: no pricing file
     table: pa.Table  # the report's rows in its order (cost_report.sql's; by workload: _workload_rows)
+    basis: str = "requested"  # what it bills (BASES)
 
     @cached_property
     def rows(self) -> list[CostRow]:
@@ -168,15 +171,24 @@ def row_columns(by) -> tuple[str, ...]:
 
 def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step: timedelta | None = None,
                 statuses=CONSUMING, pricing: Pricing | None = None, as_of: datetime | None = None,
-                clusters=None, namespaces=None, frameworks=None) -> CostReport:
+                clusters=None, namespaces=None, frameworks=None, basis: str = REQUESTED) -> CostReport:
     """Resource-hours and cost per period and group over [since, until).
 
-    `by`: dimensions among DIMENSIONS (order kept: the first one stacks the
+    `by`: dimensions among DIMENSIONS, and ``role`` with the allocated basis (a workload's rows per
+    component: `workload` then reads kind/name/component) (order kept: the first one stacks the
     HTML chart); `step`: period length (None = one period, the window);
     `as_of`: where open intervals end (default now); filters are lists or
-    None.  Without `pricing` the rows carry hours and no cost.
+    None.  Without `pricing` the rows carry hours and no cost.  `basis` (BASES): bill what the
+    workloads request while in `statuses` (``requested``), or what their pods hold while bound to a
+    node (``allocated``: `statuses` do not apply; cost_report.sql says how).
     """
+    if basis not in BASES:
+        raise ValueError(f"basis {basis!r}: choose {' or '.join(BASES)}")
     by = tuple(by)
+    roles = "role" in by
+    if roles and basis != ALLOCATED:
+        raise ValueError("by role needs the allocated basis (roles are the pods' components)")
+    by = tuple(dict.fromkeys("workload" if d == "role" else d for d in by))
     bad = [d for d in by if d not in DIMENSIONS]
     if bad:
         raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(DIMENSIONS)})")
@@ -188,7 +200,7 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     columns = row_columns(by)
     by_workload = "workload" in columns
     query = "cost_report"
-    if by_workload:  # by UTC day, billing the statuses the writer rolls up: from its daily rollup
+    if by_workload and basis == REQUESTED:  # by UTC day, billing the statuses the writer rolls up: from its daily rollup
         daily = (step == timedelta(days=1) and since == datetime.combine(since.date(), time(), timezone.utc)
                  and set(statuses) in (set(CONSUMING), set(CONSUMING + STARTING)))
         query = "cost_by_workload_daily" if daily else "cost_by_workload"
@@ -198,11 +210,49 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),
         frameworks=None if frameworks is None else list(frameworks),
-        **pricing_params(pricing), **({"priced_with": priced_with(pricing)} if query == "cost_by_workload_daily" else {}))
-    if by_workload:
+        **pricing_params(pricing), **({"priced_with": priced_with(pricing)} if query == "cost_by_workload_daily" else {}),
+        **({"basis": basis, "roles": roles} if query == "cost_report" else {}))
+    if query != "cost_report":
         table = _workload_rows(table)
     return CostReport(since, until, step, by, columns, tuple(statuses),
-                      None if pricing is None else pricing.currency, table)
+                      None if pricing is None else pricing.currency, table, basis)
+
+
+@dataclass
+class IdleRow:
+    """GPU-hours the nodes offered, the pods held and the rest (idle) in one period, group and GPU resource."""
+
+    period_start: datetime
+    period_end: datetime
+    cluster: str | None
+    node_pool: str | None
+    resource: str
+    allocatable_gpu_hours: float
+    allocated_gpu_hours: float
+    idle_gpu_hours: float
+    idle_cost: float | None  # None: no pricing file
+    unpriced_hours: float | None  # idle hours no rule priced (None: no pricing file)
+
+
+IDLE_DIMENSIONS = ("cluster", "node_pool")
+
+
+def idle_report(conn, since: datetime, until: datetime, *, by=("cluster",), step: timedelta | None = None,
+                pricing: Pricing | None = None, as_of: datetime | None = None, clusters=None) -> list[IdleRow]:
+    """Allocatable, allocated and idle GPU-hours per period, group (IDLE_DIMENSIONS) and GPU resource over
+    [since, until), and the idle cost with `pricing` (``queries/idle_cost.sql``)."""
+    by = tuple(by)
+    bad = [d for d in by if d not in IDLE_DIMENSIONS]
+    if bad:
+        raise ValueError(f"idle GPU-hours are by {' or '.join(IDLE_DIMENSIONS)}, not {', '.join(bad)}")
+    since, until = _utc(since), _utc(until)
+    if until <= since:
+        raise ValueError(f"the window is empty: until ({until.isoformat()}) is not after since ({since.isoformat()})")
+    table = run_query_arrow(conn, "idle_cost", since=since, until=until, step=step, by=list(by),
+                            as_of=None if as_of is None else _utc(as_of),
+                            clusters=None if clusters is None else list(clusters),
+                            gpu_prices=pricing_params(pricing)["gpu_prices"])
+    return [IdleRow(_utc(r.pop("period_start")), _utc(r.pop("period_end")), **r) for r in table.to_pylist()]
 
 
 _GROUP_COLUMNS = ("cluster", "namespace", "framework", "uid", "kind", "name")

@@ -336,8 +336,10 @@ def test_example_pricing_file_loads():
 
 
 def run_cost(warehouse_path, *args):
+    # the hand-computed answers below bill the workloads' requests (these histories have no pods)
     result = CliRunner().invoke(cli, ["cost", "--duckdb", str(warehouse_path), "--since", "2026-11-02",
-                                      "--until", "2026-11-04T00:00Z", *args], catch_exceptions=False)
+                                      "--until", "2026-11-04T00:00Z", "--basis", "requested", *args],
+                                catch_exceptions=False)
     return result
 
 
@@ -385,7 +387,7 @@ def test_cli_table_filters_and_errors(warehouse_path, pricing_file, tmp_path):
     partial = tmp_path / "partial.yaml"
     partial.write_text("default: {gpu: {nvidia.com/gpu: 1}}\n")
     res = CliRunner().invoke(cli, ["cost", "--duckdb", str(warehouse_path), "--since", "2026-11-02", "--until",
-                                   "2026-11-04", "--pricing", str(partial), "-o", "json"])
+                                   "2026-11-04", "--basis", "requested", "--pricing", str(partial), "-o", "json"])
     assert "no price for amd.com/gpu in cluster c2" in res.stderr
 
 
@@ -569,7 +571,8 @@ def test_html_report_renders_in_chromium(warehouse_path, pricing_file, tmp_path)
 def test_cli_until_defaults_to_the_end_of_the_history(warehouse_path):
     # The last state is E's Completed at 11-05 00:00, so the window is [11-02, 11-05): 142 GPU-h as above plus
     # 11-04: C (open, 8 GPUs) 24 h = 192 and E 24 h x 1 = 24 -> 358.
-    result = CliRunner().invoke(cli, ["cost", "--duckdb", str(warehouse_path), "--since", "2026-11-02", "-o", "json"])
+    result = CliRunner().invoke(cli, ["cost", "--duckdb", str(warehouse_path), "--since", "2026-11-02",
+                                      "--basis", "requested", "-o", "json"])
     assert result.exit_code == 0, result.output
     items = json.loads(result.output)["items"]
     assert sum(i["gpuHours"] for i in items) == pytest.approx(358)

@@ -1,7 +1,10 @@
 -- Resource-hours and their cost per period and group: GPU-hours per GPU resource name, CPU core-hours, memory GiB-hours.
 --
 -- Answers "how many GPU-hours (CPU core-hours, memory GiB-hours) did we consume, where, when, and what did
--- they cost?" (warehouse/costing.py turns the rows into a CostReport).  Read from status_intervals.
+-- they cost?" (warehouse/costing.py turns the rows into a CostReport).  Read from status_intervals
+-- ($basis requested: what the workloads' specs request while in a billed status), or from the pod
+-- intervals ($basis allocated: what the pods bound to a node hold, attributed to their workload, or
+-- to the pod itself while its owner is unknown; every Bound interval is billed, as status Running).
 -- Only intervals in a consuming status count ($statuses), and each counts only its part inside the
 -- window: an interval from 22:00 to 02:00 over a window starting at 00:00 counts 2 hours.  An open
 -- interval (valid_to NULL: the workload's current state) lasts until $as_of, never past it.
@@ -35,6 +38,9 @@
 --                   (workload: uid, kind, name); NULL or [] = one group per period
 --   $clusters, $namespaces, $frameworks
 --                   VARCHAR[] filters, NULL = no filter
+--   $basis          'requested' (NULL) or 'allocated'
+--   $roles          BOOLEAN, allocated only: a workload's rows per role (component): its uid and name
+--                   get '/component' appended
 --   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
 --   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
 WITH spans AS (  -- consuming intervals cut to the window: first and last period k0, k1, seconds in each
@@ -61,7 +67,18 @@ WITH spans AS (  -- consuming intervals cut to the window: first and last period
                    CASE WHEN cardinality(i.gpu_resources) = 0 AND i.gpus > 0
                         THEN MAP {'unspecified': i.gpus} ELSE i.gpu_resources END AS gpu_map,
                    i.cpu, i.memory / 1073741824.0 AS memory_gib
-            FROM status_intervals i
+            FROM (
+                SELECT cluster, namespace, framework, uid, kind, name, status, valid_from, valid_to,
+                       gpus, cpu, memory, gpu_resources
+                FROM status_intervals WHERE coalesce(CAST($basis AS VARCHAR), 'requested') = 'requested'
+                UNION ALL
+                SELECT cluster, namespace, framework,
+                       coalesce(workload_uid, uid) || CASE WHEN $roles THEN '/' || coalesce(component, '') ELSE '' END,
+                       coalesce(workload_kind, 'Pod'),
+                       coalesce(workload_name, name) || CASE WHEN $roles THEN '/' || coalesce(component, '-') ELSE '' END,
+                       'Running', valid_from, valid_to, gpus, cpu, memory, gpu_resources
+                FROM pod_intervals WHERE CAST($basis AS VARCHAR) = 'allocated' AND state = 'Bound'
+            ) i
             WHERE list_contains(coalesce(CAST($statuses AS VARCHAR[]), ['Running', 'Degraded']), i.status)
               AND i.valid_from < CAST($until AS TIMESTAMPTZ)
               AND (i.valid_to IS NULL OR i.valid_to > CAST($since AS TIMESTAMPTZ))
