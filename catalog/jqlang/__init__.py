@@ -18,6 +18,7 @@ import jq as libjq
 from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
 from .errors import JqError, JqLimitError, JqRuntimeError, JqSyntaxError, JqTooComplex, Unsupported
 from .evaluating import BUDGET, Budget, Compiler, run_bounded
+from .matching import check_literal_patterns
 from .parsing import MAX_SOURCE_LENGTH, tokenize
 from .sandboxing import SANDBOX, SandboxError, SandboxLimit
 
@@ -106,6 +107,7 @@ def check_safety(source: str) -> None:
     """Reject the constructs definitions may not use (raises JqSyntaxError)."""
     tokens, _ = tokenize(source)
     _check_tokens(tokens)
+    check_literal_patterns(tokens)
 
 
 def _check_tokens(tokens):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import lru_cache
 
+from . import matching
 from .errors import JqRuntimeError
 from .evaluating import BUDGET, _index, _iterate, truthy
 from .values import MAX_SIZE, SortKey, compare, jq_add, normalize_number, split_string, tojson, tostring, type_name
@@ -580,46 +580,69 @@ def join(v, sep):
     return out
 
 
-@lru_cache(maxsize=256)
-def _regex(pattern, flags):
-    bits = 0
-    for f in flags or "":
-        if f == "i":
-            bits |= re.IGNORECASE
-        elif f == "x":
-            bits |= re.VERBOSE
-        elif f == "s":
-            bits |= re.DOTALL
-        elif f in "gnpl":
-            continue
-        else:
-            raise JqRuntimeError(f"{flags} is not a valid modifier string")
-    try:
-        return re.compile(pattern, bits)
-    except re.error as exc:
-        raise JqRuntimeError(f"{pattern} (at offset {exc.pos}) is not a valid regex: {exc.msg}") from None
+# -- regular expressions: RE2, linear in the subject (matching.py says why) -----
+_test = matching.test
 
 
-def _test(v, pattern, flags=None):
-    if not isinstance(v, str):
-        raise JqRuntimeError(f"{type_name(v)} ({tojson(v)[:30]}) cannot be matched, as it is not a string")
-    if not isinstance(pattern, str):
-        raise JqRuntimeError(f"{type_name(pattern)} ({tojson(pattern)[:30]}) cannot be matched, as it is not a string")
-    return _regex(pattern, flags).search(v) is not None
+def _regex_calls(name, arity, per_match=None, outer_flags=False):
+    """Register name/arity: pattern (and flags) from their arguments, each output of `per_match`."""
+    @_register(name, arity)
+    def factory(c, args, nodes):
+        def run(inp, env):
+            budget = env[BUDGET]
+            for pattern, flags in _combinations(args, arity, inp, env, outer_flags):
+                for out in per_match(inp, pattern, flags, env):
+                    budget.tick()
+                    yield out
+        return run
 
 
-value1("test")(_test)
+def _combinations(args, arity, inp, env, outer_flags):
+    if arity == 1:
+        for arg in args[0](inp, env):
+            yield matching.pattern_and_flags(arg)
+    elif outer_flags:
+        for flags in args[1](inp, env):
+            for pattern in args[0](inp, env):
+                yield pattern, flags
+    else:
+        for pattern in args[0](inp, env):
+            for flags in args[1](inp, env):
+                yield pattern, flags
 
 
-@_register("test", 2)
-def _test2(c, args, nodes):
-    re_fn, flags_fn = args
+def _test_outputs(inp, pattern, flags, env):
+    return (matching.test(inp, pattern, flags),)
 
-    def run(inp, env):
-        for flags in flags_fn(inp, env):
-            for pattern in re_fn(inp, env):
-                yield _test(inp, pattern, flags)
-    return run
+
+def _match_outputs(inp, pattern, flags, env):
+    return matching.matches(inp, pattern, flags)
+
+
+def _capture_outputs(inp, pattern, flags, env):
+    return [matching.named(m) for m in matching.matches(inp, pattern, flags)]
+
+
+def _scan_outputs(inp, pattern, flags, env):
+    return [matching.scanned(m) for m in matching.matches(inp, pattern, flags, every=True)]
+
+
+def _splits_outputs(inp, pattern, flags, env):
+    return matching.pieces(inp, pattern, flags)
+
+
+def _split_outputs(inp, pattern, flags, env):
+    return (matching.pieces(inp, pattern, flags),)
+
+
+_regex_calls("test", 2, _test_outputs, outer_flags=True)
+value1("test")(lambda v, arg: _test(v, *matching.pattern_and_flags(arg)))
+for _arity in (1, 2):
+    _regex_calls("match", _arity, _match_outputs, outer_flags=True)
+    _regex_calls("capture", _arity, _capture_outputs, outer_flags=True)
+    _regex_calls("scan", _arity, _scan_outputs)
+    _regex_calls("splits", _arity, _splits_outputs)
+_regex_calls("split", 2, _split_outputs)
 
 
 def _test2_one(c, ones):
@@ -628,6 +651,43 @@ def _test2_one(c, ones):
 
 
 ONE_BUILTINS[("test", 2)] = _test2_one
+
+
+def _sub(every):
+    """sub/gsub as jq 1.8 defines them: `s` runs on each match's named captures, and its
+    n-th output builds the n-th result."""
+    def factory(c, args, nodes):
+        re_fn, s_fn = args[0], args[1]
+        flags_fn = args[2] if len(args) > 2 else (lambda inp, env: ("",))
+
+        def run(inp, env):
+            budget = env[BUDGET]
+            for pattern in re_fn(inp, env):
+                for flags in flags_fn(inp, env):
+                    if every:
+                        flags = jq_add(flags, "g")
+                    results, previous = [], 0
+                    for m in matching.matches(inp, pattern, flags):
+                        budget.tick()
+                        gap = inp[previous:m["offset"]]
+                        for ix, insert in enumerate(s_fn(matching.named(m), env)):
+                            piece = jq_add(gap, insert)
+                            if ix < len(results):
+                                results[ix] = jq_add(results[ix], piece)
+                            else:
+                                results.append(piece)
+                        previous = m["offset"] + m["length"]
+                    if not results:
+                        yield inp
+                    for r in results:
+                        yield jq_add(r, inp[previous:])
+        return run
+    return factory
+
+
+for _arity in (2, 3):
+    BUILTINS[("sub", _arity)] = _sub(False)
+    BUILTINS[("gsub", _arity)] = _sub(True)
 
 
 def _sorted(v):
