@@ -1,0 +1,138 @@
+"""The metric families the exporter serves, and how one object's lines of a family are written.
+
+Names and labels follow kube-state-metrics: ``<project>_<object>_<what>``, an
+``_info`` series of value 1 carrying the descriptive labels, state sets as one
+0/1 series per state, resources as ``resource``/``unit`` labels with the
+resource name's non-alphanumerics turned into ``_`` (``nvidia.com/gpu`` ->
+``nvidia_com_gpu``), times as Unix seconds (the age is ``time() - x`` in
+PromQL, so nothing depends on when the scrape happens).  No label carries a
+generated name, a uid or a hash: a workload is ``cluster, namespace,
+workload, kind``, a pod adds ``pod`` (the join key of DCGM and cAdvisor).
+
+A component's instance (a Ray worker group, a JobSet's replicated job) is the
+label ``component_instance``, not ``instance``: Prometheus gives every scraped
+series the target's ``instance`` label, and an exposed label of that name is
+either renamed (``exported_instance``) or, with ``honor_labels``, replaces the
+target's on some series and not on others (an empty value is no label).
+
+Why the per-object families are lines written when an event changes them,
+not prometheus_client's labelled metrics: those keep one child object and a
+lock per series and format every sample at every scrape, which at the sizes
+this serves (millions of series) costs kilobytes per series and seconds per
+scrape.  Here an event re-writes the few lines of its object (a bytes value
+in the family's dict) and a scrape joins bytes.  The pipeline's own health
+metrics, few series, are prometheus_client metrics (``tracking.Health``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from workloadmap.catalog.definitions import STATUSES
+
+
+@dataclass
+class Family:
+    """One metric family: its name, type and help, and per object key the object's lines (bytes)."""
+
+    name: str
+    type: str
+    help: str
+    lines: dict = field(default_factory=dict)
+
+    def header(self) -> bytes:
+        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.type}\n".encode()
+
+
+def build(*specs: tuple) -> dict[str, Family]:
+    """Fresh families (their lines empty) of ``(name, type, help)`` specs, by name."""
+    return {name: Family(name, kind, text) for group in specs for name, kind, text in group}
+
+
+WORKLOAD_FAMILIES = (
+    ("workloadmap_workload_info", "gauge",
+     "Information about a workload (a top-level object the catalog resolves): its framework and definition."),
+    ("workloadmap_workload_status", "gauge",
+     "The workload's status in the shared vocabulary, one series per status: 1 for the current one, else 0."),
+    ("workloadmap_workload_status_transition_timestamp_seconds", "gauge",
+     "Unix time the workload entered its current status (the age is time() minus this)."),
+    ("workloadmap_workload_created", "gauge", "Unix creation time of the workload object."),
+    ("workloadmap_workload_requested_pods", "gauge", "Pods the workload's spec asks for."),
+    ("workloadmap_workload_requested_gpus", "gauge", "GPUs the workload's spec asks for (all GPU resources)."),
+    ("workloadmap_workload_resource_requests", "gauge",
+     "Resources the workload's spec asks for, by resource: cpu (core), memory (byte), each GPU resource (integer)."),
+    ("workloadmap_component_requested_pods", "gauge", "Pods a component of the workload asks for."),
+    ("workloadmap_component_requested_gpus", "gauge", "GPUs a component of the workload asks for."),
+    ("workloadmap_component_resource_requests", "gauge", "Resources a component of the workload asks for, by resource."),
+)
+
+POD_FAMILIES = (
+    ("workloadmap_pod_workload_info", "gauge",
+     "The workload, component, component instance and replica a pod belongs to (join on namespace, pod)."),
+    ("workloadmap_workload_allocated_pods", "gauge", "Pods of the workload bound to a node and not terminated."),
+    ("workloadmap_workload_allocated_gpus", "gauge", "GPUs requested by the workload's bound, non-terminated pods."),
+    ("workloadmap_workload_pending_pods", "gauge", "Pods of the workload not yet bound to a node."),
+    ("workloadmap_workload_pending_gpus", "gauge", "GPUs requested by the workload's pods not yet bound to a node."),
+    ("workloadmap_component_allocated_pods", "gauge", "Pods of a component bound to a node and not terminated."),
+    ("workloadmap_component_allocated_gpus", "gauge", "GPUs requested by a component's bound, non-terminated pods."),
+    ("workloadmap_component_pending_pods", "gauge", "Pods of a component not yet bound to a node."),
+    ("workloadmap_component_pending_gpus", "gauge", "GPUs requested by a component's pods not yet bound to a node."),
+)
+
+NODE_FAMILIES = (
+    ("workloadmap_node_info", "gauge", "Information about a node: GPU product, instance type, node pool and zone."),
+    ("workloadmap_node_resource_allocatable", "gauge",
+     "A node's allocatable resources, by resource: cpu (core), memory (byte), each GPU resource (integer)."),
+    ("workloadmap_node_unschedulable", "gauge", "1 when the node is cordoned (spec.unschedulable), else 0."),
+)
+
+# The state set's states: the shared vocabulary (Deleted is no state: a deleted workload has no series).
+STATES = tuple(STATUSES)
+
+_NEEDS_ESCAPE = re.compile(r'[\\"\n]')
+_NOT_ALNUM = re.compile(r"[^a-zA-Z0-9]")
+
+
+def escape(value) -> str:
+    """A label value as the text format writes it (None is the empty value, i.e. no label)."""
+    if value is None:
+        return ""
+    value = str(value)
+    if _NEEDS_ESCAPE.search(value) is None:
+        return value
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def labels(*written: str, **values) -> str:
+    """``name="value",...`` of labels already `written` then the given ones in order, values escaped; a None
+    or empty value is left out (Prometheus reads an empty label as no label)."""
+    return ",".join([*(w for w in written if w),
+                     *(f'{name}="{escape(value)}"' for name, value in values.items() if value is not None and value != "")])
+
+
+def number(value) -> str:
+    """A sample value: integers without a fraction, other numbers as Python's shortest repr (which
+    Prometheus' parser reads)."""
+    if value.__class__ is int:
+        return str(value)
+    value = float(value)
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+def resource_label(name: str) -> str:
+    """A resource name as kube-state-metrics writes it in ``resource``: non-alphanumerics as ``_``."""
+    return _NOT_ALNUM.sub("_", name)
+
+
+def resource_lines(family: str, prefix: str, amounts: dict) -> str:
+    """The lines of a ``*_resource_requests``/``*_allocatable`` family for one object: cpu, memory and each
+    GPU resource of `amounts` (``{cpu, memory, gpuResources}`` as the records carry them)."""
+    head = f"{family}{{{prefix}," if prefix else f"{family}{{"
+    out = [f'{head}resource="cpu",unit="core"}} {number(amounts.get("cpu") or 0)}\n',
+           f'{head}resource="memory",unit="byte"}} {number(amounts.get("memory") or 0)}\n']
+    for name, count in sorted((amounts.get("gpuResources") or {}).items()):
+        out.append(f'{head}resource="{escape(resource_label(name))}",unit="integer"}} {number(count)}\n')
+    return "".join(out)

@@ -1,0 +1,530 @@
+"""Tracking the pipeline's records into the current state of every workload, pod and node, as series.
+
+The exporter is a reader of the topics the processors write, like the
+warehouse writer, but it keeps only what is live: a workload's lines exist
+from its first record to its deleted one, a pod's from its first to its
+deleted one, a node's likewise, so memory follows the live objects.  Every
+record re-writes the lines of its object (``families``) at once: a scrape
+reads them as they are and computes nothing.
+
+Pods add up into their workload's and component's allocated and pending pods
+and GPUs (a pod holds its request while Bound and pends while Pending, as
+the warehouse counts it).  Those sums are kept as counts a pod record moves
+(its old contribution out, its new one in), never re-summed.  A deleted
+workload takes its pod-derived series with it, even while its pods are still
+terminating: they are remembered as detached until their own deletion, so a
+late record of one does not bring the series back.
+
+Transitions and dead letters only count (``Health``): by cluster, framework
+and statuses, and by stage and reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter as Tally
+from datetime import datetime
+
+import msgspec
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from workloadmap.catalog import records
+
+from .families import NODE_FAMILIES, POD_FAMILIES, STATES, WORKLOAD_FAMILIES, build, labels, number, resource_lines
+
+log = logging.getLogger(__name__)
+
+# What a topic carries, for the tracker; the consumer maps its topic names onto these.
+WORKLOADS, PODS, NODES, TRANSITIONS, DEADLETTERS = "workloads", "pods", "nodes", "transitions", "deadletters"
+KINDS = (WORKLOADS, PODS, NODES, TRANSITIONS, DEADLETTERS)
+
+
+# --------------------------------------------------------------------------- the fields read
+# Only the fields the series need are decoded (msgspec skips the rest of a record unparsed).
+
+
+class Resources(msgspec.Struct):
+    gpu: float = 0
+    cpu: float = 0
+    memory: float = 0
+    gpuResources: dict[str, float] | None = None
+    pods: int = 0
+
+
+class Component(msgspec.Struct):
+    name: str
+    instance: str | None = None
+    pods: int = 0
+    total: Resources = msgspec.field(default_factory=Resources)
+
+
+class WorkloadRecord(msgspec.Struct):
+    cluster: str
+    uid: str
+    kind: str
+    status: str
+    deleted: bool
+    namespace: str | None = None
+    name: str | None = None
+    framework: str | None = None
+    definition: str | None = None
+    statusSince: str | None = None
+    creationTimestamp: str | None = None
+    observedAt: str | None = None
+    total: Resources = msgspec.field(default_factory=Resources)
+    components: list[Component] = []
+
+
+class Owner(msgspec.Struct):
+    kind: str
+    name: str
+    uid: str
+
+
+class PodRecord(msgspec.Struct):
+    cluster: str
+    uid: str
+    namespace: str
+    name: str
+    state: str
+    deleted: bool
+    workload: Owner | None = None
+    component: str | None = None
+    instance: str | None = None
+    replica: str | None = None
+    gpu: float = 0
+    observedAt: str | None = None
+
+
+class NodeLabels(msgspec.Struct):
+    gpuProduct: str | None = None
+    instanceType: str | None = None
+    nodePool: str | None = None
+    zone: str | None = None
+
+
+class NodeRecord(msgspec.Struct):
+    cluster: str
+    name: str
+    deleted: bool
+    allocatable: Resources = msgspec.field(default_factory=Resources)
+    unschedulable: bool = False
+    labels: NodeLabels = msgspec.field(default_factory=NodeLabels)
+    observedAt: str | None = None
+
+
+class Transition(msgspec.Struct, rename={"from_": "from"}):
+    cluster: str
+    to: str
+    from_: str | None = None
+    framework: str | None = None
+
+
+class DeadLetter(msgspec.Struct):
+    stage: str
+    reason: str
+
+
+_DECODERS = {WORKLOADS: msgspec.json.Decoder(WorkloadRecord), PODS: msgspec.json.Decoder(PodRecord),
+             NODES: msgspec.json.Decoder(NodeRecord), TRANSITIONS: msgspec.json.Decoder(Transition),
+             DEADLETTERS: msgspec.json.Decoder(DeadLetter)}
+_VOCABULARY = frozenset(STATES) | {records.DELETED}
+_POD_STATES = frozenset({"Pending", "Bound", "Terminated"})
+
+
+class Rejected(ValueError):
+    """A record the exporter cannot read: `reason` is one of the dead-letter reasons."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def decode(kind: str, value: bytes):
+    """The fields of a `kind` record; Rejected naming the field and why."""
+    try:
+        return _DECODERS[kind].decode(value)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        reason = records.MISSING_FIELDS if "missing required field" in text else records.WRONG_TYPES
+        raise Rejected(reason, text) from None
+    except msgspec.DecodeError as exc:
+        raise Rejected(records.MALFORMED_JSON, str(exc)) from None
+
+
+def unix_seconds(text: str | None) -> float | None:
+    """An RFC 3339 instant as Unix seconds (None when absent or unreadable: the series is left out)."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- pipeline health
+
+
+class Health:
+    """The pipeline's own metrics: few series, as prometheus_client metrics in their own registry."""
+
+    LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+    def __init__(self, consumer: str = "exporter"):
+        self.consumer = consumer
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.records = Counter("workloadmap_records", "Records read from the pipeline's topics, by cluster and topic.",
+                               ["cluster", "topic"], registry=r)
+        self.dead_letters = Counter("workloadmap_dead_letters", "Dead letters of the pipeline, by stage and reason.",
+                                    ["stage", "reason"], registry=r)
+        self.transitions = Counter("workloadmap_transitions",
+                                   "Status transitions of workloads, by cluster, framework and statuses.",
+                                   ["cluster", "framework", "from_status", "to_status"], registry=r)
+        self.rejected = Counter("workloadmap_exporter_rejected_records",
+                                "Records the exporter could not read (the writer dead-letters them), by topic and "
+                                "reason.", ["topic", "reason"], registry=r)
+        self.last_event = Gauge("workloadmap_cluster_last_event_timestamp_seconds",
+                                "Unix time a watcher observed the newest event of the cluster that reached the "
+                                "exporter (freshness: time() minus this).", ["cluster"], registry=r)
+        self.delay = Histogram("workloadmap_record_delay_seconds",
+                               "From a watcher observing an event to its record reaching the consumer, once caught up.",
+                               ["consumer", "topic"], buckets=self.LATENCY_BUCKETS, registry=r)
+        self.batch = Histogram("workloadmap_batch_duration_seconds", "Time a consumer took to apply one batch.",
+                               ["consumer"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                               registry=r)
+        self.lag = Gauge("workloadmap_consumer_lag_records", "Records in the topic the consumer has not read yet.",
+                         ["consumer", "topic"], registry=r)
+        self.objects = Gauge("workloadmap_exporter_objects", "Live objects the exporter holds series for, by kind.",
+                             ["kind"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# --------------------------------------------------------------------------- the state
+
+
+class PodState:
+    """What one pod contributes: to which workload and component, how (Bound/Pending/other), how many GPUs."""
+
+    __slots__ = ("workload", "component", "state", "gpu")
+
+    def __init__(self, workload, component, state, gpu):
+        self.workload, self.component, self.state, self.gpu = workload, component, state, gpu
+
+
+class Sums:
+    """Allocated and pending pods and GPUs of a workload or a component, and the pods (not deleted) in it."""
+
+    __slots__ = ("prefix", "pods", "allocated_pods", "allocated_gpus", "pending_pods", "pending_gpus")
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.pods: set = set()
+        self.allocated_pods = self.pending_pods = 0
+        self.allocated_gpus = self.pending_gpus = 0.0
+
+    def add(self, state: str, gpu: float, sign: int) -> None:
+        if state == "Bound":
+            self.allocated_pods += sign
+            self.allocated_gpus += sign * gpu
+        elif state == "Pending":
+            self.pending_pods += sign
+            self.pending_gpus += sign * gpu
+
+
+class Tracker:
+    """The live state of the records read so far, as the lines of the metric families.
+
+    ``apply(kind, value)`` takes one record (bytes) of a topic of `kind`
+    (``WORKLOADS``, ``PODS``, ``NODES``, ``TRANSITIONS``, ``DEADLETTERS``);
+    ``apply_batch`` takes many under one lock, so a scrape sees whole batches.
+    ``exposition()`` is the ``/metrics`` body.  With ``pod_series=False`` no
+    per-pod series is kept (``workloadmap_pod_workload_info``, one per pod,
+    the largest family of a big fleet); the sums by workload and component stay.
+    """
+
+    def __init__(self, *, pod_series: bool = True, health: Health | None = None):
+        self.pod_series = pod_series
+        self.health = health or Health()
+        self.lock = threading.Lock()
+        self.families = f = build(WORKLOAD_FAMILIES, POD_FAMILIES, NODE_FAMILIES)
+        self._workload_families = [f[name] for name, _, _ in WORKLOAD_FAMILIES]
+        self._pod_info = f["workloadmap_pod_workload_info"]
+        self._node_families = [f[name] for name, _, _ in NODE_FAMILIES]
+        self.workloads: dict[tuple, str] = {}          # (cluster, uid) -> label prefix
+        self.pods: dict[tuple, PodState] = {}           # (cluster, uid) -> contribution
+        self.sums: dict[tuple, Sums] = {}               # (cluster, workload uid) -> sums
+        self.component_sums: dict[tuple, Sums] = {}     # (cluster, workload uid, component, instance) -> sums
+        self.detached: dict[tuple, set] = {}            # deleted workload -> its pods not deleted yet
+        self.nodes: set[tuple] = set()
+        self.newest: dict[str, float] = {}              # cluster -> Unix time of its newest observation
+
+    # ------------------------------------------------------------------ in
+
+    def apply(self, kind: str, value: bytes) -> object:
+        """Apply one record; returns what was decoded.  Rejected when it cannot be read."""
+        record = decode(kind, value)
+        if kind == WORKLOADS:
+            self._workload(record)
+        elif kind == PODS:
+            self._pod(record)
+        elif kind == NODES:
+            self._node(record)
+        elif kind == TRANSITIONS:
+            self.health.transitions.labels(record.cluster, record.framework or "", record.from_ or "",
+                                           record.to).inc()
+        else:
+            self.health.dead_letters.labels(record.stage, record.reason).inc()
+        return record
+
+    def apply_batch(self, messages, *, topic_names: dict[str, str] | None = None, caught_up: bool = True) -> int:
+        """Apply ``(kind, value bytes, key bytes|None)`` messages under the lock; returns how many were rejected.
+
+        Counts records by cluster and topic, the newest observation per cluster and, once
+        `caught_up` (records arrive as they happen, not replayed from the topic's start),
+        each record's delay since its observation.  `topic_names` names a kind's topic in
+        the counters (default: the kind).
+        """
+        health, names = self.health, topic_names or {}
+        counts, newest, rejected = Tally(), {}, 0
+        delays: list = []
+        started = time.perf_counter()
+        with self.lock:
+            for kind, value, key in messages:
+                try:
+                    record = self.apply(kind, value)
+                except Rejected as exc:
+                    rejected += 1
+                    topic = names.get(kind, kind)
+                    health.rejected.labels(topic, exc.reason).inc()
+                    log.warning("%s record %s rejected: %s: %s", topic, (key or b"?").decode("utf-8", "replace"),
+                                exc.reason, exc)
+                    continue
+                cluster = getattr(record, "cluster", None)
+                if cluster is None:
+                    continue
+                counts[cluster, kind] += 1
+                observed = getattr(record, "observedAt", None)
+                if observed and observed > newest.get(cluster, ""):
+                    newest[cluster] = observed
+                if caught_up and observed:
+                    delays.append((kind, observed))
+        now = time.time()
+        for (cluster, kind), n in counts.items():
+            health.records.labels(cluster, names.get(kind, kind)).inc(n)
+        for cluster, observed in newest.items():
+            at = unix_seconds(observed)
+            if at is not None and at > self.newest.get(cluster, 0.0):
+                self.newest[cluster] = at
+                health.last_event.labels(cluster).set(at)
+        for kind, observed in delays:
+            at = unix_seconds(observed)
+            if at is not None:
+                health.delay.labels(health.consumer, names.get(kind, kind)).observe(max(0.0, now - at))
+        health.batch.labels(health.consumer).observe(time.perf_counter() - started)
+        health.objects.labels("workload").set(len(self.workloads))
+        health.objects.labels("pod").set(len(self.pods))
+        health.objects.labels("node").set(len(self.nodes))
+        return rejected
+
+    # ------------------------------------------------------------------ workloads
+
+    def _workload(self, r: WorkloadRecord) -> None:
+        if r.status not in _VOCABULARY:
+            raise Rejected(records.WRONG_TYPES, f"workload {r.cluster}/{r.uid}: status {r.status!r} is not in the "
+                                                f"shared vocabulary")
+        key = (r.cluster, r.uid)
+        if r.deleted or r.status == records.DELETED:
+            self._drop_workload(key)
+            return
+        prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=r.name, kind=r.kind)
+        self.workloads[key] = prefix
+        (info, status, since, created, pods, gpus, resources,
+         c_pods, c_gpus, c_resources) = self._workload_families
+        info.lines[key] = f"workloadmap_workload_info{{{labels(prefix, framework=r.framework, definition=r.definition)}}} 1\n".encode()
+        status.lines[key] = "".join(
+            f'workloadmap_workload_status{{{prefix},status="{state}"}} {1 if state == r.status else 0}\n'
+            for state in STATES).encode()
+        for family, text in ((since, r.statusSince), (created, r.creationTimestamp)):
+            at = unix_seconds(text)
+            if at is None:
+                family.lines.pop(key, None)
+            else:
+                family.lines[key] = f"{family.name}{{{prefix}}} {number(at)}\n".encode()
+        total = r.total
+        pods.lines[key] = f"workloadmap_workload_requested_pods{{{prefix}}} {total.pods}\n".encode()
+        gpus.lines[key] = f"workloadmap_workload_requested_gpus{{{prefix}}} {number(total.gpu)}\n".encode()
+        resources.lines[key] = resource_lines("workloadmap_workload_resource_requests", prefix,
+                                              {"cpu": total.cpu, "memory": total.memory,
+                                               "gpuResources": total.gpuResources}).encode()
+        if not r.components:
+            for family in (c_pods, c_gpus, c_resources):
+                family.lines.pop(key, None)
+            return
+        merged: dict[tuple, list] = {}   # (name, instance) -> [pods, gpu, cpu, memory, gpuResources]
+        for c in r.components:
+            m = merged.setdefault((c.name, c.instance), [0, 0.0, 0.0, 0.0, {}])
+            m[0] += c.pods
+            m[1] += c.total.gpu
+            m[2] += c.total.cpu
+            m[3] += c.total.memory
+            for name, n in (c.total.gpuResources or {}).items():
+                m[4][name] = m[4].get(name, 0) + n
+        p_lines, g_lines, r_lines = [], [], []
+        for (name, instance), (n_pods, gpu, cpu, memory, by_resource) in merged.items():
+            cp = labels(prefix, component=name, component_instance=instance)
+            p_lines.append(f"workloadmap_component_requested_pods{{{cp}}} {n_pods}\n")
+            g_lines.append(f"workloadmap_component_requested_gpus{{{cp}}} {number(gpu)}\n")
+            r_lines.append(resource_lines("workloadmap_component_resource_requests", cp,
+                                          {"cpu": cpu, "memory": memory, "gpuResources": by_resource}))
+        c_pods.lines[key] = "".join(p_lines).encode()
+        c_gpus.lines[key] = "".join(g_lines).encode()
+        c_resources.lines[key] = "".join(r_lines).encode()
+
+    def _drop_workload(self, key: tuple) -> None:
+        self.workloads.pop(key, None)
+        for family in self._workload_families:
+            family.lines.pop(key, None)
+        sums = self.sums.pop(key, None)
+        if sums is None:
+            return
+        self._write_sums(key, None, workload=True)
+        for pod_key in sums.pods:
+            pod = self.pods[pod_key]
+            if pod.component is not None:
+                ckey = key + pod.component
+                if self.component_sums.pop(ckey, None) is not None:
+                    self._write_sums(ckey, None, workload=False)
+            pod.workload = pod.component = None
+            self._pod_info.lines.pop(pod_key, None)
+        self.detached[key] = set(sums.pods)
+
+    # ------------------------------------------------------------------ pods
+
+    def _pod(self, r: PodRecord) -> None:
+        if r.state not in _POD_STATES:
+            raise Rejected(records.WRONG_TYPES, f"pod {r.cluster}/{r.namespace}/{r.name}: state {r.state!r} is not "
+                                                f"Pending, Bound or Terminated")
+        key = (r.cluster, r.uid)
+        old = self.pods.pop(key, None)
+        if old is not None:
+            self._leave(key, old)
+        owner = r.workload
+        wkey = None if owner is None else (r.cluster, owner.uid)
+        if r.deleted:
+            self._pod_info.lines.pop(key, None)
+            if wkey is not None:
+                self._forget_detached(wkey, key)
+            return
+        if wkey is not None and wkey in self.detached:
+            self.detached[wkey].add(key)
+            self.pods[key] = PodState(None, None, r.state, r.gpu)
+            self._pod_info.lines.pop(key, None)
+            return
+        if wkey is None:
+            self.pods[key] = PodState(None, None, r.state, r.gpu)
+            self._pod_info.lines.pop(key, None)
+            return
+        component = None if r.component is None else (r.component, r.instance)
+        pod = self.pods[key] = PodState(wkey, component, r.state, r.gpu)
+        prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=owner.name, kind=owner.kind)
+        sums = self.sums.get(wkey)
+        if sums is None:
+            sums = self.sums[wkey] = Sums(prefix)
+        self._join(sums, key, pod, wkey, workload=True)
+        if component is not None:
+            ckey = wkey + component
+            csums = self.component_sums.get(ckey)
+            if csums is None:
+                csums = self.component_sums[ckey] = Sums(
+                    labels(prefix, component=r.component, component_instance=r.instance))
+            self._join(csums, key, pod, ckey, workload=False)
+        if self.pod_series:
+            self._pod_info.lines[key] = ("workloadmap_pod_workload_info{" + labels(
+                cluster=r.cluster, namespace=r.namespace, pod=r.name, workload=owner.name, kind=owner.kind,
+                component=r.component, component_instance=r.instance, replica=r.replica) + "} 1\n").encode()
+
+    def _join(self, sums: Sums, key: tuple, pod: PodState, skey: tuple, *, workload: bool) -> None:
+        sums.pods.add(key)
+        sums.add(pod.state, pod.gpu, 1)
+        self._write_sums(skey, sums, workload=workload)
+
+    def _leave(self, key: tuple, pod: PodState) -> None:
+        """Take a pod's previous contribution out of its sums (dropping sums left without pods)."""
+        if pod.workload is None:
+            return
+        for skey, table, workload in ((pod.workload, self.sums, True),
+                                      (None if pod.component is None else pod.workload + pod.component,
+                                       self.component_sums, False)):
+            if skey is None:
+                continue
+            sums = table.get(skey)
+            if sums is None:
+                continue
+            sums.pods.discard(key)
+            sums.add(pod.state, pod.gpu, -1)
+            if not sums.pods:
+                del table[skey]
+                sums = None
+            self._write_sums(skey, sums, workload=workload)
+
+    def _forget_detached(self, wkey: tuple, key: tuple) -> None:
+        pods = self.detached.get(wkey)
+        if pods is not None:
+            pods.discard(key)
+            if not pods:
+                del self.detached[wkey]
+
+    def _write_sums(self, skey: tuple, sums: Sums | None, *, workload: bool) -> None:
+        scope = "workload" if workload else "component"
+        f = self.families
+        for what, attr in (("allocated_pods", "allocated_pods"), ("allocated_gpus", "allocated_gpus"),
+                           ("pending_pods", "pending_pods"), ("pending_gpus", "pending_gpus")):
+            family = f[f"workloadmap_{scope}_{what}"]
+            if sums is None:
+                family.lines.pop(skey, None)
+            else:
+                family.lines[skey] = f"{family.name}{{{sums.prefix}}} {number(getattr(sums, attr))}\n".encode()
+
+    # ------------------------------------------------------------------ nodes
+
+    def _node(self, r: NodeRecord) -> None:
+        key = (r.cluster, r.name)
+        info, allocatable, unschedulable = self._node_families
+        if r.deleted:
+            self.nodes.discard(key)
+            for family in self._node_families:
+                family.lines.pop(key, None)
+            return
+        self.nodes.add(key)
+        prefix = labels(cluster=r.cluster, node=r.name)
+        n = r.labels
+        info.lines[key] = ("workloadmap_node_info{" + labels(prefix, gpu_product=n.gpuProduct, instance_type=n.instanceType,
+                                                             node_pool=n.nodePool, zone=n.zone) + "} 1\n").encode()
+        a = r.allocatable
+        allocatable.lines[key] = resource_lines("workloadmap_node_resource_allocatable", prefix,
+                                                {"cpu": a.cpu, "memory": a.memory,
+                                                 "gpuResources": a.gpuResources}).encode()
+        unschedulable.lines[key] = f"workloadmap_node_unschedulable{{{prefix}}} {int(r.unschedulable)}\n".encode()
+
+    # ------------------------------------------------------------------ out
+
+    def series(self) -> int:
+        """Series of the per-object families (lines), for the figures."""
+        with self.lock:
+            return sum(block.count(b"\n") for family in self.families.values() for block in family.lines.values())
+
+    def exposition(self) -> bytes:
+        """The /metrics body: the health metrics, then each family's lines as the last events left them.
+
+        The lock is held only to take the families' values (a list of references each); the
+        bytes are joined after it, while records go on being applied.
+        """
+        with self.lock:
+            parts = [(family.header(), list(family.lines.values()))
+                     for family in self.families.values() if family.lines]
+        return self.health.exposition() + b"".join(header + b"".join(blocks) for header, blocks in parts)
