@@ -1,4 +1,4 @@
-"""Pipeline commands: `run watchers|processors|warehouse`, `replay`, `demo`.
+"""Pipeline commands: `run watchers|processors|warehouse|exporter`, `replay`, `demo`.
 
 Argument parsing, progress and reports only: the services are wired in
 ``workloadmap.running`` and the embedded pipeline is
@@ -29,6 +29,47 @@ def run_processors(**options):
     running.run_processors(from_options(options))
 
 
+def metrics_option(f):
+    return click.option("--metrics", "metrics", default=None, metavar="[HOST]:PORT",
+                        help="Also serve Prometheus metrics here (/metrics, /healthz, /readyz).")(f)
+
+
+def pod_series_option(f):
+    return click.option("--pod-series", type=click.Choice(["on", "off"]), default="on", show_default=True,
+                        help="One workloadmap_pod_workload_info series per pod (the join key of DCGM and cAdvisor "
+                             "series); off for very large fleets (the sums by workload and component stay).")(f)
+
+
+def serving(action):
+    """Run `action`, a bad or taken listen address as a usage error of --metrics / --listen."""
+    from workloadmap.exporter.serving import AddressError
+
+    try:
+        return action()
+    except AddressError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metrics / --listen") from None
+    except OSError as exc:
+        raise click.UsageError(f"cannot listen: {exc}") from None
+
+
+@run_group.command("exporter")
+@click.option("--listen", "listen", default=":9108", show_default=True, metavar="[HOST]:PORT",
+              help="Where to serve /metrics, /healthz and /readyz.")
+@pod_series_option
+@settings_options
+def run_exporter(listen, pod_series, **options):
+    """Serve every workload's state, demand and allocation, and every pod's workload, as Prometheus series."""
+    from workloadmap import running
+
+    settings = from_options(options)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serving(lambda: running.run_exporter(settings, listen, pod_series=pod_series == "on", started=(
+        lambda server: click.echo(f"serving metrics on {listen} (port {server.port}), reading "
+                                  f"{settings.workloads_topic} and the other records topics at "
+                                  f"{settings.bootstrap_servers}", err=True))))
+    click.echo("exporter stopped", err=True)
+
+
 @run_group.command("warehouse")
 @click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
               help="Also keep a read-only copy of the warehouse here (refreshed every --snapshot-every seconds) "
@@ -37,15 +78,16 @@ def run_processors(**options):
 @click.option("--pricing", "pricing", default=None, type=click.Path(dir_okay=False),
               help="Pricing file (as `cost --pricing`; or WORKLOADMAP_PRICING): the writer keeps the finished days' "
                    "cost rows by workload priced with it, so daily reports by workload with it read them.")
+@metrics_option
 @settings_options
-def run_warehouse(snapshot_path, snapshot_every, **options):
+def run_warehouse(snapshot_path, snapshot_every, metrics, **options):
     """Write workload records and transitions into the DuckDB warehouse (the single writer)."""
     from workloadmap import running
     from workloadmap.warehouse.pricing import PricingError
 
     try:  # the pricing file is read first, before Kafka
-        totals = running.run_warehouse(from_options(options), snapshot_path=snapshot_path,
-                                       snapshot_every=snapshot_every)
+        totals = serving(lambda: running.run_warehouse(from_options(options), snapshot_path=snapshot_path,
+                                                       snapshot_every=snapshot_every, metrics=metrics))
     except PricingError as exc:
         raise click.BadParameter(str(exc), param_hint="--pricing") from None
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "
@@ -65,8 +107,10 @@ def run_warehouse(snapshot_path, snapshot_every, **options):
               help="No broker: process the events in-process into the --duckdb warehouse.")
 @click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
               help="Add definitions from a YAML file (repeatable); the cluster's own WorkloadMaps override them.")
+@metrics_option
+@pod_series_option
 @settings_options
-def run_watchers(embedded, definition_files, **options):
+def run_watchers(embedded, definition_files, metrics, pod_series, **options):
     """Watch clusters (list + watch every catalog kind they serve) and publish raw object events."""
     from workloadmap import running
     from workloadmap.ingest.clusters import ClusterConfigError
@@ -82,8 +126,10 @@ def run_watchers(embedded, definition_files, **options):
         raise click.UsageError(str(exc)) from None
     catalog = build_catalog(definition_files, ())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    running.run_watchers(settings, clusters, catalog, embedded=embedded, stop=running.stop_on_signals(), started=(
-        lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}", err=True)))
+    serving(lambda: running.run_watchers(
+        settings, clusters, catalog, embedded=embedded, stop=running.stop_on_signals(), metrics=metrics,
+        pod_series=pod_series == "on",
+        started=lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}", err=True)))
     click.echo("watchers stopped; checkpoints saved in " + settings.checkpoint_dir, err=True)
 
 

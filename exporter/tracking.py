@@ -29,6 +29,7 @@ from datetime import datetime
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 from workloadmap.catalog import records
 
@@ -200,8 +201,38 @@ class Health:
         self.objects = Gauge("workloadmap_exporter_objects", "Live objects the exporter holds series for, by kind.",
                              ["kind"], registry=r)
 
+    def count_watchers(self, counts) -> None:
+        """Serve the watchers' counters: `counts()` gives ``(cluster, kind, counts)`` as the watchers keep
+        them (``ingest.watching.Watching.counts``): events by type, relists, expired versions, errors."""
+        self.registry.register(WatcherCounts(counts))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class WatcherCounts:
+    """The watchers' own counters as counter families (the watchers count on events; a scrape reads them)."""
+
+    FAMILIES = (("workloadmap_watcher_events", "Object events a watcher published, by cluster, kind and type.",
+                 ("ADDED", "MODIFIED", "DELETED")),
+                ("workloadmap_watcher_relists", "Full lists a watcher made (at start, after errors or an "
+                                                "expired version).", ("relists",)),
+                ("workloadmap_watcher_expired", "Watches ended by an expired resourceVersion (410 Gone).", ("gone",)),
+                ("workloadmap_watcher_errors", "Failed list or watch requests of a watcher.", ("errors",)))
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def collect(self):
+        rows = self.counts()
+        for name, text, keys in self.FAMILIES:
+            by_type = keys[0] == "ADDED"
+            family = CounterMetricFamily(name, text, labels=["cluster", "kind", "type"] if by_type
+                                         else ["cluster", "kind"])
+            for cluster, kind, counts in rows:
+                for key in keys:
+                    family.add_metric([cluster, kind, key] if by_type else [cluster, kind], counts.get(key, 0))
+            yield family
 
 
 # --------------------------------------------------------------------------- the state

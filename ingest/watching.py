@@ -456,6 +456,12 @@ class Watching:
     def synced(self) -> bool:
         return all(w.synced() for w in self.clusters)
 
+    def counts(self) -> list[tuple[str, str, dict]]:
+        """``(cluster id, kind, counts)`` of every kind watcher: events by type, relists, expired
+        versions (``gone``), errors, as they stand (for the watchers' metrics)."""
+        return [(c.cluster.id, w.resource.kind, dict(w.counts))
+                for c in self.clusters for w in list(c.watchers.values())]
+
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stop.is_set():

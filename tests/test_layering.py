@@ -1,7 +1,7 @@
 """The import contract: data flows one way and only the catalog is shared by all.
 
-catalog imports nothing else of workloadmap; ingest, processors and warehouse
-import only the catalog (they meet through Kafka topics and the record
+catalog imports nothing else of workloadmap; ingest, processors, warehouse and
+the exporter (a reader of the records beside the warehouse) import only the catalog (they meet through Kafka topics and the record
 format, never through each other's code); the modules of the `workloadmap`
 folder compose them (the embedded pipeline, the services, their settings,
 the event feed); the CLI sits on top of all of them, and `python -m
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("catalog", "cli", "ingest", "processors", "warehouse")
+STAGES = ("catalog", "cli", "exporter", "ingest", "processors", "warehouse")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -55,6 +55,9 @@ VIOLATIONS = [
     ("click", "warehouse/querying.py", "import click"),
     ("click", "workloadmap/embedding.py", "import rich"),
     ("faust", "ingest/publishing.py", "import faust"),
+    ("layers", "exporter/tracking.py", "from workloadmap.warehouse import values"),    # exporter -> stage
+    ("prometheus", "warehouse/writing.py", "import prometheus_client"),
+    ("prometheus", "workloadmap/running.py", "from prometheus_client import Counter"),
 ]
 
 

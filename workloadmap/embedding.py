@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterable
 
 from workloadmap.catalog import Catalog, records
+from workloadmap.exporter.tracking import DEADLETTERS, TRANSITIONS, WORKLOADS, Tracker
 from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
 from workloadmap.processors.processing import MemoryStates, Processor
 from workloadmap.warehouse.querying import Result, run_query
@@ -45,10 +46,16 @@ class EmbeddedPipeline:
     produced, dead letters; ``dead_letters`` the dead letters themselves (as the
     dead-letter topic would carry them).  A warehouse passed in stays the
     caller's; one opened by ``EmbeddedPipeline.open`` is closed by ``close``.
+    With a `tracker` (``exporter.tracking.Tracker``), the records, transitions
+    and dead letters also go to it at every ``flush``, as the exporter would
+    read them from the topics (``run watchers --embedded --metrics``).
     """
 
-    def __init__(self, warehouse: Warehouse, *, batch: int = 5000, catalog: Catalog | None = None):
+    def __init__(self, warehouse: Warehouse, *, batch: int = 5000, catalog: Catalog | None = None,
+                 tracker: Tracker | None = None):
         self.warehouse = warehouse
+        self.tracker = tracker
+        self._tracked: list[tuple] = []
         self.batch = batch
         self.processor, self.states = Processor(catalog), MemoryStates()
         self.counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0}
@@ -80,6 +87,10 @@ class EmbeddedPipeline:
         self.dead_letters.extend(json.loads(v) for _, v in out.dead_letters)
         self._records.extend(record for _, record in out.records)
         self._transitions.extend(json.loads(t) for _, t in out.transitions)
+        if self.tracker is not None:
+            self._tracked.extend((WORKLOADS, v, k) for k, v in out.records)
+            self._tracked.extend((TRANSITIONS, v, k) for k, v in out.transitions)
+            self._tracked.extend((DEADLETTERS, v, k) for k, v in out.dead_letters)
         if len(self._records) >= self.batch:
             self.flush()
 
@@ -116,6 +127,9 @@ class EmbeddedPipeline:
             self.counts["transitions"] += len(self._transitions)
             self._records.clear()
             self._transitions.clear()
+        if self._tracked:
+            self.tracker.apply_batch(self._tracked)
+            self._tracked = []
 
     def query(self, name: str, **params) -> Result:
         """A named query of ``warehouse/queries/`` over what was flushed (``Result.rows``, ``.dicts()``)."""

@@ -17,8 +17,12 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from workloadmap.catalog import Catalog, records
+from workloadmap.exporter.consuming import TopicsConsumer
+from workloadmap.exporter.serving import MetricsServer
+from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS, WORKLOADS, Health, Tracker
 from workloadmap.ingest.clusters import Cluster, ClusterConfigError, ClusterSpec, connect
 from workloadmap.ingest.publishing import KafkaPublisher
 from workloadmap.ingest.watching import Watching
@@ -128,18 +132,78 @@ def pricing_of(settings: Settings) -> Pricing | None:
     return None if not settings.pricing else load_pricing(settings.pricing)
 
 
+def exporter_topics(settings: Settings) -> dict[str, str]:
+    """The topics the exporter reads, each with what it carries."""
+    return {settings.workloads_topic: WORKLOADS, settings.transitions_topic: TRANSITIONS,
+            settings.deadletter_topic: DEADLETTERS, records.PODS_TOPIC: PODS, records.NODES_TOPIC: NODES}
+
+
+@dataclass
+class RunningExporter:
+    """An exporter consumer in a thread of its own and the HTTP server of its series."""
+
+    consumer: TopicsConsumer
+    server: MetricsServer
+    thread: threading.Thread
+
+    def close(self) -> None:
+        self.consumer.stop()
+        self.thread.join(10)
+        self.server.close()
+
+
+def start_exporter(settings: Settings, address: str, *, pod_series: bool = True, role: str = "exporter",
+                   started: Callable[[MetricsServer], object] = lambda server: None) -> RunningExporter:
+    """The exporter's consumer and its HTTP server on `address`, started.
+
+    Binding comes first, so a taken address fails before anything reads Kafka
+    (OSError; AddressError for one that is not [HOST]:PORT).
+    """
+    tracker = Tracker(pod_series=pod_series, health=Health(consumer=role))
+    consumer = TopicsConsumer(tracker, settings.bootstrap_servers, exporter_topics(settings),
+                              client_id=f"{settings.client_id}-{role}", security=settings.security())
+    server = MetricsServer(address, tracker.exposition, ready=consumer.ready.is_set, healthy=consumer.healthy).start()
+    started(server)
+    thread = threading.Thread(target=consumer.run, name=f"{role}-consumer", daemon=True)
+    thread.start()
+    return RunningExporter(consumer, server, thread)
+
+
+def run_exporter(settings: Settings, address: str, *, pod_series: bool = True, stop: threading.Event | None = None,
+                 started: Callable[[MetricsServer], object] = lambda server: None) -> None:
+    """Serve the records as Prometheus series on `address` until `stop` (default: SIGTERM or SIGINT) is set.
+
+    Reads every record the topics hold at each start (the series are rebuilt,
+    nothing kept on disk); /readyz answers 200 once caught up.
+    """
+    quiet_kafka_logs()
+    stop = stop or stop_on_signals()
+    exporter = start_exporter(settings, address, pod_series=pod_series, started=started)
+    collect_garbage_rarely()
+    try:
+        while not stop.wait(0.5) and exporter.thread.is_alive():
+            pass
+    finally:
+        exporter.close()
+    if exporter.consumer.failed is not None:
+        raise exporter.consumer.failed
+
+
 def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snapshot_every: float = 60.0,
-                  stop: threading.Event | None = None) -> WriteResult:
+                  stop: threading.Event | None = None, metrics: str | None = None) -> WriteResult:
     """The single writer of the warehouse, until `stop` (default: SIGTERM or SIGINT) is set.
 
     Returns the totals written, once the batch in hand is committed and the
     writer closed.  With `snapshot_path`, a read-only copy is kept there,
     refreshed every `snapshot_every` seconds, for readers while it runs.
+    With `metrics` ([HOST]:PORT), the exporter's series are served there too
+    (an exporter consumer in the same process, reading the same topics).
     """
     pricing = pricing_of(settings)
     ensure_topics(settings)
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
+    exporter = start_exporter(settings, metrics, role="warehouse-exporter") if metrics else None
     writer = KafkaWarehouseWriter(
         settings.bootstrap_servers, settings.duckdb, pricing=pricing,
         topics=(settings.workloads_topic, settings.transitions_topic, settings.pods_topic, settings.nodes_topic),
@@ -148,7 +212,11 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
         transitions_topic=settings.transitions_topic, pods_topic=settings.pods_topic,
         nodes_topic=settings.nodes_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
     collect_garbage_rarely()
-    return writer.run(stop)
+    try:
+        return writer.run(stop)
+    finally:
+        if exporter is not None:
+            exporter.close()
 
 
 def connect_clusters(settings: Settings) -> list[Cluster]:
@@ -162,34 +230,46 @@ def connect_clusters(settings: Settings) -> list[Cluster]:
 
 
 def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, *, embedded: bool = False,
-                 stop: threading.Event | None = None, started: Callable[[str], object] = lambda target: None
-                 ) -> None:
+                 stop: threading.Event | None = None, started: Callable[[str], object] = lambda target: None,
+                 metrics: str | None = None, pod_series: bool = True) -> None:
     """Watch `clusters` and publish their raw events until `stop` (default: SIGTERM or SIGINT) is set.
 
     Into the raw topic, or with `embedded` through an EmbeddedPipeline into the
     ``settings.duckdb`` warehouse (no broker).  `started` is told where the
-    events go once publishing can start.  On return the checkpoints are saved
-    and the publisher, the warehouse and the clusters are closed.
+    events go once publishing can start.  With `metrics` ([HOST]:PORT), the
+    watchers' counters (events, relists, errors by cluster and kind) are served
+    there, ready once every cluster is listed; embedded, with the exporter's
+    series of the records the pipeline makes.  On return the checkpoints are
+    saved and the publisher, the warehouse, the server and the clusters are closed.
     """
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
+    tracker = Tracker(pod_series=pod_series, health=Health(consumer="embedded")) if metrics else None
     if embedded:
         warehouse = Warehouse(settings.duckdb, pricing=pricing_of(settings))
-        publisher = EmbeddedPipeline(warehouse, batch=1000)
+        publisher = EmbeddedPipeline(warehouse, batch=1000, tracker=tracker)
         target = f"the embedded pipeline into {settings.duckdb}"
     else:
         ensure_topics(settings)
         warehouse = None
         publisher = raw_publisher(settings, "watchers")
         target = f"{settings.raw_topic} at {settings.bootstrap_servers}"
-    started(target)
     watching = Watching(clusters, catalog, publisher, checkpoint_dir=settings.checkpoint_dir, stop=stop)
+    server = None
+    if tracker is not None:
+        tracker.health.count_watchers(watching.counts)
+        exposition = tracker.exposition if embedded else tracker.health.exposition
+        server = MetricsServer(metrics, exposition, ready=watching.synced).start()
+        target += f"; metrics at http://{metrics}/metrics"
+    started(target)
     try:
         with watching:
             while not stop.wait(0.5):
                 pass
     finally:
         publisher.close()
+        if server is not None:
+            server.close()
         if warehouse is not None:
             warehouse.close()
         for cluster in clusters:

@@ -21,9 +21,9 @@ from workloadmap.exporter.serving import AddressError, MetricsServer, parse_addr
 from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS, WORKLOADS, Tracker
 from workloadmap.processors.processing import MemoryStates, Processor
 
-from .allocation_records import node, pod
-from .conftest import example_objects
-from .exporter_records import GIB, component, workload
+from tests.allocation_records import node, pod
+from tests.conftest import example_objects
+from tests.exporter_records import GIB, component, workload
 
 W1 = {"cluster": "c1", "namespace": "ml", "workload": "wl-u1", "kind": "PyTorchJob"}
 
