@@ -148,8 +148,14 @@ class SuspendDefinition:
 class PodSelector:
     type_key: Expr | None = None
     type_value: str | None = None
+    match_labels: dict[str, str] = field(default_factory=dict)   # ANDed with type_key
     instance_id: Expr | None = None
     replica_key: Expr | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether it says which pods are of its component (a type selector)."""
+        return self.type_key is not None or bool(self.match_labels)
 
 
 @dataclass
@@ -181,10 +187,36 @@ class GangMember:
     filters: list[Expr] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Topology:
+    """A topology constraint handed to a scheduler (KAI's Topology resource and its levels)."""
+
+    name: str
+    required_level: str
+    preferred_level: str
+
+    def to_dict(self) -> dict:
+        return {"topologyName": self.name, "requiredTopologyLevel": self.required_level,
+                "preferredTopologyLevel": self.preferred_level}
+
+
+@dataclass
+class SubGroup:
+    component: str
+    topology: Topology | None = None
+
+
 @dataclass
 class PodGroup:
+    """A pod group: `podGroups[]` (members grouped by keys read from the pods; deprecated
+    upstream) or `podGroup` (one group of every pod of the workload, `sub_groups` splitting it
+    by component; `single` is True)."""
+
     name: str
     members: list[GangMember]
+    single: bool = False
+    topology: Topology | None = None
+    sub_groups: list[SubGroup] = field(default_factory=list)
 
 
 @dataclass
@@ -200,8 +232,17 @@ class Definition:
     document: dict
 
     @property
+    def has_pod_group(self) -> bool:
+        return any(g.single for g in self.pod_groups)
+
+    @property
     def gvk(self) -> GVK:
         return self.root.kind
+
+    def subtree(self, name: str) -> set[str]:
+        """The names of a component and of its descendants."""
+        comp = self.component(name)
+        return {comp.name} | {d.name for d in self.components if comp in d.ancestors}
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -256,6 +297,7 @@ def _component(d: dict, path: str) -> Component:
         comp.selector = PodSelector(
             type_key=_expr(f"{sp}.componentTypeSelector.keyPath", ts.get("keyPath")),
             type_value=ts.get("value"),
+            match_labels=dict(ts.get("matchLabels") or {}),
             instance_id=_expr(f"{sp}.componentInstanceSelector.idPath",
                               (sel.get("componentInstanceSelector") or {}).get("idPath")),
             replica_key=_expr(f"{sp}.replicaSelector.keyPath", (sel.get("replicaSelector") or {}).get("keyPath")),
@@ -316,8 +358,11 @@ def build_definition(doc: dict, origin: str, source: str) -> Definition:
         groups.append(PodGroup(g["name"], [_member(m, f"{gp}.podGroups[{gi}].members[{mi}]")
                                            for mi, m in enumerate(g.get("members") or [])]))
     if (pg := gang.get("podGroup")) is not None:
-        groups.append(PodGroup(pg["name"], [_member(m, f"{gp}.podGroup.subGroups[{mi}]")
-                                            for mi, m in enumerate(pg.get("subGroups") or [])]))
+        subs = [SubGroup(sg["componentName"], _topology(sg.get("topology"))) for sg in pg.get("subGroups") or []]
+        # its members: the sub-groups' components, else the root (every pod of the workload)
+        members = [GangMember(sg.component) for sg in subs] or [GangMember(root.name)]
+        groups.append(PodGroup(pg["name"], members, single=True, topology=_topology(pg.get("topology")),
+                               sub_groups=subs))
     return Definition(
         name=(doc.get("metadata") or {}).get("name") or root.name,
         origin=origin,
@@ -329,6 +374,12 @@ def build_definition(doc: dict, origin: str, source: str) -> Definition:
         pod_groups=groups,
         document=doc,
     )
+
+
+def _topology(d: dict | None) -> Topology | None:
+    if d is None:
+        return None
+    return Topology(d["topologyName"], d["requiredTopologyLevel"], d["preferredTopologyLevel"])
 
 
 def _member(m: dict, path: str) -> GangMember:

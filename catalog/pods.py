@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .definitions import Component, Definition, Expr
+from .definitions import Component, Definition, Expr, PodGroup, Topology
 from .jqlang import JqError
 from .jqlang.parsing import parse
 from .resolving import ResolveError, object_ref
 from .statuses import as_text
-from .workloads import ResolvedWorkload
+from .workloads import ResolvedWorkload, subtree_minimum
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,30 @@ class PodMembership:
 
 
 @dataclass
+class GangSubGroup:
+    """A component's pods within a `podGroup`, and how many of them the sub-group needs."""
+
+    name: str
+    pods: list[str] = field(default_factory=list)
+    min_member: int = 0
+    topology: Topology | None = None
+
+
+@dataclass
 class GangGroup:
-    """Pods that must be scheduled together, and how many the group needs."""
+    """Pods that must be scheduled together, and how many the group needs.
+
+    For a `podGroup` definition, `sub_groups` splits it by component: every sub-group must
+    reach its own minimum (`min_member` is their sum), and `topology` is the scheduler's
+    constraint for the whole group.
+    """
 
     pod_group: str
     key: str
     pods: list[str] = field(default_factory=list)
     min_member: int = 0
+    topology: Topology | None = None
+    sub_groups: list[GangSubGroup] = field(default_factory=list)
 
 
 def _first(definition: Definition, expr: Expr, pod):
@@ -48,6 +65,12 @@ def _first(definition: Definition, expr: Expr, pod):
 
 def _type_matches(definition: Definition, comp: Component, pod) -> bool:
     sel = comp.selector
+    if sel.match_labels:
+        labels = (pod.get("metadata") or {}).get("labels")
+        if not isinstance(labels, dict) or any(labels.get(k) != v for k, v in sel.match_labels.items()):
+            return False
+    if sel.type_key is None:
+        return True
     value = _first(definition, sel.type_key, pod)
     if sel.type_value is None:
         return value is not None
@@ -56,13 +79,13 @@ def _type_matches(definition: Definition, comp: Component, pod) -> bool:
 
 def match_pod(definition: Definition, pod: dict) -> PodMembership | None:
     """The component / instance / replica of a pod, or None if no component claims it."""
-    typed = [c for c in definition.components if c.selector is not None and c.selector.type_key is not None]
+    typed = [c for c in definition.components if c.selector is not None and c.selector.typed]
     matches = [c for c in typed if _type_matches(definition, c, pod)]
     if matches:
         comp = max(matches, key=lambda c: (len(list(c.ancestors)), -definition.components.index(c)))
     else:
         untyped = [c for c in definition.components
-                   if c.spec is not None and (c.selector is None or c.selector.type_key is None)]
+                   if c.spec is not None and (c.selector is None or not c.selector.typed)]
         if len(untyped) != 1:
             return None
         comp = untyped[0]
@@ -102,12 +125,40 @@ def gang_groups(definition: Definition, workload: ResolvedWorkload, pods: list[d
         views_by_name.setdefault(view.name, []).append(view)
     memberships = [(pod, match_pod(definition, pod)) for pod in pods]
     for pg in definition.pod_groups:
+        if pg.single:
+            groups.append(_single_group(definition, pg, workload, views_by_name, memberships))
+            continue
         gang = _Gang(definition, pg, views_by_name)
         for pod, membership in memberships:
             if membership is not None:
                 gang.add(pod, membership)
         groups.extend(gang.groups())
     return groups
+
+
+def _single_group(definition: Definition, pg: PodGroup, workload: ResolvedWorkload, views_by_name: dict,
+                  memberships: list) -> GangGroup:
+    """A `podGroup`: one group of the workload's pods (one per workload, as upstream names it
+    after the object); with sub-groups, one per named component holding its subtree's pods,
+    each needing its subtree's minimum, and the group all of them."""
+    group = GangGroup(pg.name, workload.name or "", topology=pg.topology)
+    if not pg.sub_groups:
+        members = definition.subtree(definition.root.name)
+        group.pods = [_pod_name(pod) for pod, m in memberships if m is not None and m.component in members]
+        group.min_member = subtree_minimum(definition, definition.root.name, views_by_name)
+        return group
+    for sg in pg.sub_groups:
+        members = definition.subtree(sg.component)
+        pods = [_pod_name(pod) for pod, m in memberships if m is not None and m.component in members]
+        group.sub_groups.append(GangSubGroup(sg.component, pods, subtree_minimum(definition, sg.component,
+                                                                                  views_by_name), sg.topology))
+        group.pods += [p for p in pods if p not in group.pods]
+    group.min_member = sum(sub.min_member for sub in group.sub_groups)
+    return group
+
+
+def _pod_name(pod) -> str:
+    return (pod.get("metadata") or {}).get("name", "<unnamed>")
 
 
 def _contains(node, target) -> bool:
@@ -198,7 +249,7 @@ class _Gang:
         group = self.keys.get(parts)
         if group is None:
             group = self.keys[parts] = GangGroup(self.pg.name, "/".join(parts))
-        group.pods.append((pod.get("metadata") or {}).get("name", "<unnamed>"))
+        group.pods.append(_pod_name(pod))
         self.view_pods.setdefault((membership.component, membership.instance), []).append((parts, pod))
 
     def groups(self) -> list[GangGroup]:
@@ -261,7 +312,7 @@ class _Gang:
                 return 0
         levels = _replica_levels(comp)
         split = any(_reads_replica_key(member.group_by, level.selector.replica_key) for level in levels)
-        pods = view.pods if split else _gang_pods(view)
+        pods = view.pods if split else view.gang_pods
         exemplar = in_key[0] if in_key else (seen[0][1] if seen else None)
         for level in levels:
             replicas = self._level_replicas(level, view if level is comp else None, exemplar)
@@ -286,12 +337,3 @@ class _Gang:
             instance = as_text(_first(self.definition, level.selector.instance_id, pod))
             views = [v for v in views if v.instance == instance] or views
         return max([max(v.replicas if v.replicas is not None else 1, 1) for v in views], default=1)
-
-
-def _gang_pods(view) -> int:
-    """The pods a view needs running for a gang that holds all of its replicas: its minimum replicas
-    when it has one above 0 and below its replicas (a Ray worker group's minReplicas, an elastic
-    PyTorchJob's minimum, as KAI's pod grouper counts them), else all of its pods."""
-    if view.min_replicas and view.replicas and view.min_replicas < view.replicas:
-        return view.pods * view.min_replicas // view.replicas
-    return view.pods

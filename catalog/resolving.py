@@ -18,7 +18,7 @@ from .jqlang.reading import ANY, paths_read
 from .jqlang.values import tostring
 from .requests import DEFAULT_GPUS, GpuMatcher, RequestError, Resources, effective_request
 from .statuses import as_text, match_statuses, resolve_status
-from .workloads import ComponentView, ResolvedWorkload
+from .workloads import ComponentView, ResolvedWorkload, pod_group_record
 
 
 
@@ -221,6 +221,7 @@ class Resolver:
             total=total,
             pods=pods,
             labels=labels if isinstance(labels, dict) else {},
+            pod_group=pod_group_record(definition, views) if definition.has_pod_group else None,
         )
 
     def reference(self, obj: dict, definition: Definition) -> ResolvedWorkload:

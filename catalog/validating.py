@@ -9,6 +9,7 @@ the origin of the definition (built-in, file, cluster).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -70,6 +71,75 @@ def _schema_validator():
     return jsonschema.Draft7Validator(schema)
 
 
+def prune_nulls(node):
+    """The document as an API server stores it: a field given as null is dropped (none of the
+    schema's fields is nullable), so its default applies, as upstream's rendered definitions
+    expect (`typeFieldName: null` reads as `type`)."""
+    if isinstance(node, dict):
+        return {k: prune_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [prune_nulls(v) for v in node]
+    return node
+
+
+def _list_problems(schema, node, parts=()):
+    """(path parts, reason) of every duplicate in a list the CRD declares a map (by its keys) or
+    a set, as an API server refuses them (`x-kubernetes-list-type`)."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(node, dict):
+        for key, value in node.items():
+            sub = (schema.get("properties") or {}).get(key)
+            if sub is not None:
+                yield from _list_problems(sub, value, (*parts, key))
+    elif isinstance(node, list):
+        list_type = schema.get("x-kubernetes-list-type")
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        seen: dict = {}
+        for i, item in enumerate(node):
+            if list_type == "map" and isinstance(item, dict):
+                entry = tuple(item.get(k) for k in keys)
+                what = ", ".join(f"{k} {v!r}" for k, v in zip(keys, entry))
+            elif list_type == "set":
+                entry = json.dumps(item, sort_keys=True)
+                what = f"value {item!r}"
+            else:
+                entry = None
+            if entry is not None:
+                if entry in seen:
+                    yield (*parts, i), (f"duplicate entry ({what}; also at [{seen[entry]}]): the list is a "
+                                        + (f"map keyed by {', '.join(keys)}" if list_type == "map" else "set"))
+                else:
+                    seen[entry] = i
+            yield from _list_problems(schema.get("items") or {}, item, (*parts, i))
+
+
+# Kubernetes' label syntax (apimachinery's IsQualifiedName and IsValidLabelValue)
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why a text is not a label key ([prefix/]name), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"label key {key!r}: the prefix must be a DNS subdomain (lower-case alphanumerics, '-', '.')"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return (f"label key {key!r}: the name must be 1-63 characters of alphanumerics, '-', '_' or '.', "
+                "starting and ending with an alphanumeric")
+    return None
+
+
+def label_value_problem(value) -> str | None:
+    """Why a value is not a label value, or None."""
+    if not isinstance(value, str):
+        return f"label value {value!r} must be a string"
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        return (f"label value {value!r} must be empty or 1-63 characters of alphanumerics, '-', '_' or '.', "
+                "starting and ending with an alphanumeric")
+    return None
+
+
 def _path(parts) -> str:
     out = ""
     for p in parts:
@@ -115,6 +185,7 @@ def validate_document(doc, file: str = "") -> list[Problem]:
     def problem(path, reason):
         problems.append(Problem(file, name, path, reason))
 
+    doc = prune_nulls(doc)
     if (doc.get("apiVersion"), doc.get("kind")) not in DEFINITION_KINDS:
         kinds = ", ".join(f"{k} ({a})" for a, k in sorted(DEFINITION_KINDS))
         problem("kind", f"{doc.get('kind')!r} of {doc.get('apiVersion')!r} is not a definition kind; expected one of {kinds}")
@@ -124,6 +195,9 @@ def validate_document(doc, file: str = "") -> list[Problem]:
         if err.validator == "additionalProperties":
             message = message.replace("Additional properties are not allowed", "unknown field")
         problem(_path(err.absolute_path), message)
+    for parts, reason in _list_problems(_schema_validator().schema, doc):
+        if parts[-2] != "childComponents":   # names: reported with the root's by _check_structure
+            problem(_path(parts), reason)
     spec = doc.get("spec")
     if not isinstance(spec, dict):
         return problems
@@ -210,6 +284,17 @@ def _check_component(c, path, problem):
         if spec.get("metadataPath") and not spec.get("podSpecPath"):
             problem(f"{path}.specDefinition.metadataPath", "metadataPath may only be used with podSpecPath")
     selector = c.get("podSelector") or {}
+    type_selector = selector.get("componentTypeSelector")
+    if type_selector is not None:
+        tp = f"{path}.podSelector.componentTypeSelector"
+        if "keyPath" not in type_selector and "matchLabels" not in type_selector:
+            problem(tp, "at least one of keyPath or matchLabels must be set")
+        if "value" in type_selector and "keyPath" not in type_selector:
+            problem(f"{tp}.value", "value requires keyPath")
+        for key, value in (type_selector.get("matchLabels") or {}).items():
+            for reason in (label_key_problem(key), label_value_problem(value)):
+                if reason:
+                    problem(f"{tp}.matchLabels", reason)
     has_id_path = bool(c.get("instanceIdPath"))
     has_instance_selector = bool(selector.get("componentInstanceSelector"))
     if has_id_path and not has_instance_selector:
@@ -250,7 +335,7 @@ def load_definition(doc, origin: str, source: str) -> Definition:
     problems = validate_document(doc, source)
     if problems:
         raise DefinitionError(problems)
-    return build_definition(doc, origin, source)
+    return build_definition(prune_nulls(doc), origin, source)
 
 
 def read_documents(text: str, source: str) -> list:
@@ -301,4 +386,4 @@ def load_file(path: str, origin: str = "file") -> list[Definition]:
         raise DefinitionError(problems)
     with open(path, encoding="utf-8") as fh:
         docs = read_documents(fh.read(), path)
-    return [build_definition(d, origin, path) for d in docs]
+    return [build_definition(prune_nulls(d), origin, path) for d in docs]

@@ -31,6 +31,15 @@ class ComponentView:
     status: str | None = None            # when the component has its own statusDefinition
     requests_from: str | None = None     # where requests come from when the object does not hold them
 
+    @property
+    def gang_pods(self) -> int:
+        """The pods it needs running for a gang that holds all of its replicas: its minimum replicas
+        when it has one above 0 and below its replicas (a Ray worker group's minReplicas, an elastic
+        PyTorchJob's minimum, as KAI's pod grouper counts them), else all of its pods."""
+        if self.min_replicas and self.replicas and self.min_replicas < self.replicas:
+            return self.pods * self.min_replicas // self.replicas
+        return self.pods
+
     def to_dict(self) -> dict:
         out = {
             "name": self.name,
@@ -55,6 +64,30 @@ class ComponentView:
         return out
 
 
+def subtree_minimum(definition, name: str, views_by_name: dict) -> int:
+    """The pods a component's subtree needs running: the sum of its views' `gang_pods`, as
+    upstream's pod grouper sums the effective minimum replicas of a subtree's components."""
+    return sum(view.gang_pods for c in definition.subtree(name) for view in views_by_name.get(c, [])
+               if view.pod_template is not None and view.pods)
+
+
+def pod_group_record(definition, views: list) -> dict | None:
+    """The record's `podGroup` (a definition's `gangScheduling.podGroup`): its name, the scheduler's
+    topology, and the minimum pods of the group and of each sub-group, from the object alone."""
+    pg = next((g for g in definition.pod_groups if g.single), None)
+    if pg is None:
+        return None
+    views_by_name: dict = {}
+    for view in views:
+        views_by_name.setdefault(view.name, []).append(view)
+    subs = [{"name": sg.component, "minMember": subtree_minimum(definition, sg.component, views_by_name),
+             "topology": sg.topology.to_dict() if sg.topology else None} for sg in pg.sub_groups]
+    minimum = sum(s["minMember"] for s in subs) if subs else subtree_minimum(definition, definition.root.name,
+                                                                             views_by_name)
+    return {"name": pg.name, "minMember": minimum, "topology": pg.topology.to_dict() if pg.topology else None,
+            "subGroups": subs}
+
+
 @dataclass
 class ResolvedWorkload:
     api_version: str
@@ -76,6 +109,7 @@ class ResolvedWorkload:
     total: Resources
     pods: int
     labels: dict = field(default_factory=dict)
+    pod_group: dict | None = None        # the definition's podGroup, when it has one (pod_group_record)
 
     def to_dict(self) -> dict:
         total = self.total.to_dict()
@@ -97,4 +131,4 @@ class ResolvedWorkload:
             "conditions": list(self.conditions),
             "components": [c.to_dict() for c in self.components],
             "total": {"pods": self.pods, **total},
-        }
+        } | ({"podGroup": self.pod_group} if self.pod_group is not None else {})

@@ -13,9 +13,10 @@ import sys
 from importlib import resources
 
 import click
+import yaml
 
 from workloadmap import __version__
-from workloadmap.catalog import DefinitionError, ResolveError, UnknownKindError
+from workloadmap.catalog import DefinitionError, ResolveError, UnknownKindError, exporting
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
@@ -133,9 +134,13 @@ def catalog_list(definition_files, gpu_resources, kubeconfig, context, output):
 @catalog_group.command("show")
 @click.argument("name")
 @catalog_options
-@output_option("yaml", "json", "tree", default="yaml")
+@output_option("yaml", "json", "tree", "karta", default="yaml")
 def catalog_show(name, definition_files, gpu_resources, output):
-    """Show one definition (by name) as written, or its component tree."""
+    """Show one definition (by name) as written, or its component tree.
+
+    `-o karta` prints it as an upstream `run.ai/v1alpha1 Karta` document, one an API server
+    with upstream's CRD accepts: workloadmap's extensions are left out (named on stderr).
+    """
     catalog = build_catalog(definition_files, gpu_resources)
     try:
         d = catalog.get(name)
@@ -144,6 +149,11 @@ def catalog_show(name, definition_files, gpu_resources, output):
         sys.exit(EXIT_INVALID)
     if output == "tree":
         emit(output, [definition_item(d)], tree=rendering.definition_trees)
+    elif output == "karta":
+        doc, dropped = exporting.karta_document(d)
+        if dropped:
+            live_commands.warning(f"left out workloadmap extensions upstream does not know: {', '.join(dropped)}")
+        click.echo(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), nl=False)
     else:
         emit(output, [d.document])
 

@@ -156,7 +156,7 @@ def label_keys(definition: Definition) -> set[str]:
     for group in definition.pod_groups:
         for member in group.members:
             exprs += member.group_by + member.filters
-    keys = set()
+    keys = {k for comp in definition.components if comp.selector is not None for k in comp.selector.match_labels}
     for expr in exprs:
         if expr is not None:
             for quoted, bare in _LABEL_KEY.findall(expr.source):
