@@ -20,9 +20,9 @@ from tests.services.kube_api import KubeHTTPError
 from workloadmap.catalog import Catalog, exporting
 from workloadmap.catalog.validating import crd_document, validate_document
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KARTA_CRD = ROOT / "catalog" / "crd" / "run.ai_kartas.yaml"
-UPSTREAM = sorted((Path(__file__).parent / "fixtures" / "upstream").glob("*.yaml"))
+UPSTREAM = sorted((ROOT / "tests" / "fixtures" / "upstream").glob("*.yaml"))
 WORKLOADMAPS = "/apis/workloadmap.io/v1alpha1/workloadmaps"
 KARTAS = "/apis/run.ai/v1alpha1/kartas"
 DRY = "?dryRun=All&fieldValidation=Strict"
@@ -64,7 +64,7 @@ def test_every_upstream_shaped_definition_is_accepted_as_a_karta(kube, path):
 
 
 def test_a_null_condition_field_name_is_pruned_and_defaulted_by_the_server(kube):
-    doc = yaml.safe_load((Path(__file__).parent / "fixtures" / "upstream" / "ray-io-rayjob-v1.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "tests" / "fixtures" / "upstream" / "ray-io-rayjob-v1.yaml").read_text())
     stored = _send(kube, doc)
     conditions = stored["spec"]["structureDefinition"]["rootComponent"]["statusDefinition"]["conditionsDefinition"]
     assert conditions["reasonFieldName"] == "reason"

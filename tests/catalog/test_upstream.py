@@ -27,9 +27,9 @@ from workloadmap.catalog import Catalog
 from workloadmap.catalog.pods import GangSubGroup, gang_groups, match_pod
 from workloadmap.catalog.validating import load_definition, load_file, validate_document, validate_file
 
-from .conftest import example_objects
+from tests.conftest import example_objects
 
-FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 UPSTREAM_FILES = sorted(FIXTURES.glob("*.yaml"))
 SEL = "spec.structureDefinition.childComponents[0].podSelector.componentTypeSelector"
 
