@@ -41,6 +41,8 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/warehouse_bench.py --history
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/analytics_bench.py
+	$(BIN)/python bench/allocation_bench.py
+	$(BIN)/python bench/allocation_bench.py --analytics
 	$(BIN)/python bench/watch_bench.py
 
 # docs/cli-reference.md: every command's --help (the suite fails when it is stale).
