@@ -1,0 +1,84 @@
+"""The reference documents name files that exist and link to headings that exist.
+
+Why: the READMEs point at modules, queries, tests and the CLI reference by path; files move
+(tests grouped by stage, a module split in three) and a pointer that leads nowhere is the
+drift a reader notices first.  The history documents (CHANGELOG.md, bench/RESULTS.md) are left
+out: they name files as they were.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_DOCS = ("README.md", "warehouse/README.md", "docs/cli-reference.md")
+
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+PATH_TOKEN = re.compile(r"(?<![\w.~/$-])([\w.-]+(?:/[\w.*-]+)+/?)")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+PLACEHOLDER = re.compile(r"[A-Z]{3,}|<|\$")
+
+
+def _exists(token: str, doc: Path) -> bool:
+    for base in (ROOT, doc.parent):
+        if any(base.glob(token.rstrip("/"))):
+            return True
+    return False
+
+
+def named_paths(doc: Path) -> set[str]:
+    """Paths in the document's code spans whose first folder is a folder of the repository or of the document."""
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir()} | {p.name for p in doc.parent.iterdir() if p.is_dir()}
+    paths = set()
+    for span in CODE_SPAN.findall(doc.read_text(encoding="utf-8")):
+        for token in PATH_TOKEN.findall(span):
+            if token.split("/", 1)[0] in folders and not PLACEHOLDER.search(token):
+                paths.add(token)
+    return paths
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    return {slug(line.lstrip("#")) for line in doc.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("name", REFERENCE_DOCS)
+def test_every_path_a_reference_document_names_exists(name):
+    doc = ROOT / name
+    missing = sorted(p for p in named_paths(doc) if not _exists(p, doc))
+    assert not missing, f"{name} names paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("name", REFERENCE_DOCS)
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(name):
+    doc = ROOT / name
+    broken = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue  # an URL
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and anchor not in anchors(linked):
+            broken.append(target)
+    assert not broken, f"{name} has links that lead nowhere: {broken}"
+
+
+def test_the_checks_see_paths_links_and_anchors():
+    """The extraction itself, on the README: what these tests rely on finding."""
+    readme = ROOT / "README.md"
+    paths = named_paths(readme)
+    assert {"warehouse/pricing.example.yaml", "catalog/builtin/jobset.yaml"} <= paths
+    assert "nvidia.com/gpu" not in paths and "batch/v1" not in paths  # resource names and API versions
+    assert "docs/cli-reference.md#workloadmap-capacity" in LINK.findall(readme.read_text(encoding="utf-8"))
+    assert slug("workloadmap run watchers") == "workloadmap-run-watchers"
+    assert slug("`workloadmap cost`: GPU-hours and what they cost") == "workloadmap-cost-gpu-hours-and-what-they-cost"
