@@ -1,0 +1,155 @@
+"""End to end on a real Kafka broker: records in, series out of the real `workloadmap run exporter` process.
+
+Records are published as the processors publish them (in transactions; an aborted one must never
+show), to topics of this test's own (the settings' topic names) and, for pods, to the pods topic
+under a cluster id of this test's own.  Checks: the series of the records once /readyz answers;
+a status change and a deletion reaching /metrics; after a restart the same series rebuilt from the
+topics, the deleted workload's still absent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.allocation_records import pod
+from tests.exporter_records import component, workload
+from tests.services.prometheus import free_port
+from workloadmap.catalog import records
+
+
+def _http(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return None, b""
+
+
+def _series(port: int, cluster: str) -> dict:
+    """{(name, frozenset of labels): value} of the per-object series of `cluster` (health counters left out)."""
+    status, body = _http(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples
+            if s.labels.get("cluster") == cluster and not s.name.startswith(("workloadmap_records",
+                                                                             "workloadmap_cluster_last"))}
+
+
+def _wait(check, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Exporter:
+    """`workloadmap run exporter` as a process of its own on a free port."""
+
+    def __init__(self, bootstrap: str, env: dict, log):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "workloadmap", "run", "exporter", "--listen", f"127.0.0.1:{self.port}",
+             "--bootstrap-servers", bootstrap], env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        _wait(lambda: self.process.poll() is None and _http(f"http://127.0.0.1:{self.port}/readyz")[0] == 200
+              or self.process.poll() is not None, "/readyz")
+        assert self.process.poll() is None, "the exporter exited"
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)
+
+
+@pytest.fixture
+def topics(kafka_broker):
+    """This test's settings (topic names by environment) and a cluster id of its own."""
+    run = uuid.uuid4().hex[:8]
+    names = {"WORKLOADMAP_WORKLOADS_TOPIC": f"e2e-{run}.workloads", "WORKLOADMAP_TRANSITIONS_TOPIC":
+             f"e2e-{run}.transitions", "WORKLOADMAP_DEADLETTER_TOPIC": f"e2e-{run}.deadletter"}
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers)
+    try:
+        existing = set(admin.list_topics())
+        admin.create_topics([NewTopic(t, 3, 1) for t in (*names.values(), records.PODS_TOPIC, records.NODES_TOPIC)
+                             if t not in existing])
+    finally:
+        admin.close()
+    return names, f"e2e-{run}"
+
+
+def test_records_in_series_out_deletions_gone_and_a_restart_rebuilds_the_same(kafka_broker, topics, tmp_path):
+    env, cluster = topics
+    workloads_topic = env["WORKLOADMAP_WORKLOADS_TOPIC"]
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=f"{cluster}-tx")
+    producer.init_transactions()
+
+    def publish(*pairs, abort=False):
+        producer.begin_transaction()
+        for topic, record in pairs:
+            producer.send(topic, key=records.record_key(cluster, record["uid"]), value=records.encode(record))
+        producer.abort_transaction() if abort else producer.commit_transaction()
+
+    comps = [component("master", 1, per_pod_gpu=8), component("worker", 2, per_pod_gpu=8)]
+    a = dict(name="trainer", namespace="ml", cluster=cluster, components=comps)
+    b = dict(name="serve", namespace="ml", cluster=cluster, kind="RayCluster", framework="Ray",
+             definition="raycluster", components=[component("worker", 2, per_pod_gpu=4)])
+    owner = ("PyTorchJob", "trainer", "ua")
+    publish((workloads_topic, workload("ua", "Running", **a)), (workloads_topic, workload("ub", "Running", **b)),
+            (records.PODS_TOPIC, pod("pa0", "2026-12-01T10:00:00Z", "Bound", cluster=cluster, node="n1", gpu=8,
+                                     workload=owner, name="trainer-master-0", component="master")),
+            (records.PODS_TOPIC, pod("pa1", "2026-12-01T10:00:00Z", "Pending", cluster=cluster, gpu=8,
+                                     workload=owner, name="trainer-worker-0", component="worker")))
+    publish((workloads_topic, workload("ua", "Completed", **a)), abort=True)   # never committed: never shown
+
+    trainer = {"cluster": cluster, "namespace": "ml", "workload": "trainer", "kind": "PyTorchJob"}
+    serve = {"cluster": cluster, "namespace": "ml", "workload": "serve", "kind": "RayCluster"}
+
+    def key(name, **labels):
+        return name, frozenset(labels.items())
+
+    with open(tmp_path / "exporter.log", "wb") as log:
+        exporter = Exporter(kafka_broker.bootstrap_servers, env, log)
+        try:
+            exporter.wait_ready()
+            series = _series(exporter.port, cluster)
+            assert series[key("workloadmap_workload_status", **trainer, status="Running")] == 1
+            assert series[key("workloadmap_workload_status", **trainer, status="Completed")] == 0
+            assert series[key("workloadmap_workload_requested_gpus", **trainer)] == 24
+            assert series[key("workloadmap_workload_requested_gpus", **serve)] == 8
+            assert series[key("workloadmap_workload_allocated_gpus", **trainer)] == 8
+            assert series[key("workloadmap_workload_pending_gpus", **trainer)] == 8
+            assert series[key("workloadmap_pod_workload_info", cluster=cluster, namespace="ml", pod="trainer-master-0",
+                              workload="trainer", kind="PyTorchJob", component="master", replica="0")] == 1
+
+            publish((workloads_topic, workload("ua", "Failed", **a, at="2026-12-01T10:05:00Z")),
+                     (workloads_topic, workload("ub", deleted=True, **b, at="2026-12-01T10:05:00Z")))
+            after = _wait(lambda: (lambda s: s if s.get(key("workloadmap_workload_status", **trainer, status="Failed"))
+                                   == 1 and not any(dict(ls).get("workload") == "serve" for _, ls in s) else None)(
+                _series(exporter.port, cluster)), "the change and the deletion on /metrics", timeout=30)
+        finally:
+            assert exporter.stop() == 0
+
+        again = Exporter(kafka_broker.bootstrap_servers, env, log)
+        try:
+            again.wait_ready()
+            assert _series(again.port, cluster) == after
+        finally:
+            again.stop()
+    producer.close()
