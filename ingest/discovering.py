@@ -10,7 +10,7 @@ Kubernetes 1.30); older servers get the per-group walk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workloadmap.catalog import Catalog, UnknownKindError
 
@@ -29,7 +29,7 @@ class ServedResource:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ()
-    preferred: bool = True          # the group's preferred version
+    preferred: bool = True          # the version a bare type name means (see _prefer)
 
     @property
     def api_version(self) -> str:
@@ -115,7 +115,7 @@ def discover(cluster: Cluster) -> ServedResources:
                             namespaced=res.get("scope") == "Namespaced",
                             short_names=tuple(res.get("shortNames") or ()), verbs=tuple(res.get("verbs") or ()),
                             preferred=rank == 0))
-        return ServedResources(resources)
+        return ServedResources(_prefer(resources))
     # legacy discovery: one request per group version
     group_versions = [("", v, i == 0) for i, v in enumerate(core.get("versions") or [])]
     for g in groups.get("groups") or []:
@@ -138,7 +138,24 @@ def discover(cluster: Cluster) -> ServedResources:
                 singular=res.get("singularName") or res["kind"].lower(), namespaced=bool(res.get("namespaced")),
                 short_names=tuple(res.get("shortNames") or ()), verbs=tuple(res.get("verbs") or ()),
                 preferred=preferred))
-    return ServedResources(resources)
+    return ServedResources(_prefer(resources))
+
+
+def _prefer(resources: list[ServedResource]) -> list[ServedResource]:
+    """Each kind read at its group's preferred version or, when that version does not serve it, at
+    the first version that does (kubectl's rule): a group's kinds need not share versions
+    (serving.kserve.io serves InferenceService at v1beta1, LLMInferenceService at v1alpha2 and
+    v1alpha1), and a kind with no preferred version would be unreachable by its bare name."""
+    has_preferred = {(r.group, r.kind) for r in resources if r.preferred}
+    chosen: set = set()
+    out = []
+    for r in resources:   # versions in the server's priority order
+        key = (r.group, r.kind)
+        if key not in has_preferred and key not in chosen:
+            chosen.add(key)
+            r = replace(r, preferred=True)
+        out.append(r)
+    return out
 
 
 def catalog_resources(catalog: Catalog, served: ServedResources) -> list[ServedResource]:

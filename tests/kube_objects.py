@@ -47,6 +47,7 @@ PLURALS = {
     ("NIMService", "apps.nvidia.com"): "nimservices", ("LeaderWorkerSet", "leaderworkerset.x-k8s.io"): "leaderworkersets",
     ("Milvus", "milvus.io"): "milvuses", ("PodCliqueSet", "grove.io"): "podcliquesets",
     ("DynamoGraphDeployment", "nvidia.com"): "dynamographdeployments",
+    ("LLMInferenceService", "serving.kserve.io"): "llminferenceservices",
 }
 
 

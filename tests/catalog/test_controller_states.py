@@ -9,6 +9,8 @@ Running yet, and a failed child being recreated is Degraded, not Undefined.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from ..conftest import example_objects
@@ -791,3 +793,81 @@ def test_dynamo_definition_is_picked_by_api_version(catalog):
     assert [c for c in catalog.resolve(mislabelled).components if c.name == "service"] == []
     mislabelled = {**alpha, "apiVersion": "nvidia.com/v1beta1"}
     assert [c for c in catalog.resolve(mislabelled).components if c.name == "service"] == []
+
+
+def _llmisvc(ready: dict | None, stop: str | None = None, presets: dict | None = None) -> dict:
+    """An LLMInferenceService (kserve/kserve pkg/apis/serving/v1alpha2) with this Ready condition, as the
+    controller's Knative living-condition roll-up writes it (llm_inference_service_lifecycle.go)."""
+    obj = copy.deepcopy(example_objects("llminferenceservice")["qwen3-8b"])
+    obj["metadata"]["annotations"] = {} if stop is None else {"serving.kserve.io/stop": stop}
+    conditions = [presets or {"type": "PresetsCombined", "status": "True"}]
+    if ready is not None:
+        conditions.append({"type": "Ready", **ready})
+    obj["status"] = {"conditions": conditions}
+    return obj
+
+
+@pytest.mark.parametrize("ready, stop, presets, status", [
+    # created, no condition yet; then the Deployment is created (Progressing) and not yet available
+    (None, None, None, "Initializing"),
+    ({"status": "False", "reason": "Progressing"}, None, None, "Initializing"),
+    ({"status": "False", "reason": "MinimumReplicasUnavailable"}, None, None, "Initializing"),
+    ({"status": "False", "reason": "WaitingForGateway"}, None, None, "Initializing"),
+    ({"status": "True"}, None, None, "Running"),
+    # the controller could not create the Deployment (an invalid pod spec): reconcile error on Ready
+    ({"status": "False", "reason": "ReconcileSingleNodeWorkloadError"}, None, None, "Failed"),
+    ({"status": "False", "reason": "ProgressDeadlineExceeded"}, None, None, "Failed"),
+    # a baseRef naming no LLMInferenceServiceConfig: PresetsCombined=False, Ready Unknown
+    ({"status": "Unknown", "reason": "NewObservedGenFailure"}, None,
+     {"type": "PresetsCombined", "status": "False", "reason": "ConfigNotFound"}, "Failed"),
+    # the stop annotation (any case of "true"), before and after the controller acted
+    ({"status": "True"}, "true", None, "Suspending"),
+    ({"status": "False", "reason": "Stopped"}, "TRUE", None, "Suspended"),
+    # the annotation lifted (or "false"): the controller has not recreated the workloads yet
+    ({"status": "False", "reason": "Stopped"}, "false", None, "Resuming"),
+    ({"status": "False", "reason": "Stopped"}, None, None, "Resuming"),
+    # an error while a stop is asked: the stop wins (every workload is being deleted)
+    ({"status": "False", "reason": "ReconcileSingleNodeWorkloadError"}, "true", None, "Suspending"),
+])
+def test_llm_inference_service_status_from_ready(catalog, ready, stop, presets, status):
+    assert catalog.resolve(_llmisvc(ready, stop, presets)).status == status
+
+
+def test_llm_inference_service_stop_annotation_is_its_suspend_and_resume(catalog):
+    from workloadmap.catalog.updating import resume, suspend
+
+    definition = catalog.get("llminferenceservice")
+    running = _llmisvc({"status": "True"})
+    stopped = suspend(definition, running)
+    assert stopped["metadata"]["annotations"]["serving.kserve.io/stop"] == "true"
+    assert catalog.resolve(stopped).pods == 0          # every workload is deleted while stopped
+    assert catalog.resolve(running).pods == 1
+    resumed = resume(definition, stopped)
+    assert resumed["metadata"]["annotations"]["serving.kserve.io/stop"] == "false"
+    assert catalog.resolve(resumed).pods == 1
+
+
+def test_llm_inference_service_v1alpha1_is_served_by_the_one_definition(catalog):
+    obj = example_objects("llminferenceservice")["deepseek-r1-dp"]
+    assert obj["apiVersion"] == "serving.kserve.io/v1alpha1"
+    assert catalog.definition_for(obj).name == "llminferenceservice"
+    assert catalog.definition_for({**obj, "apiVersion": "serving.kserve.io/v1alpha2"}).name == "llminferenceservice"
+
+
+@pytest.mark.parametrize("parallelism, template, worker_pods_per_group", [
+    ({"data": 16, "dataLocal": 8}, True, 1),     # size max(16 / 8, 1) = 2: the leader + 1 worker
+    ({"data": 8, "dataLocal": 8}, True, 0),      # size 1: the leader alone
+    ({"data": 4, "dataLocal": 8}, True, 0),      # 4 / 8 = 0 in integer division, raised to 1
+    ({"pipeline": 4}, True, 3),                  # pipeline parallel: size = pipeline
+    ({"tensor": 8}, True, 0),                    # tensor only: no size, the LWS default 1
+    ({"data": 16, "dataLocal": 8}, False, 2),    # no leader template: the leader is a worker pod
+])
+def test_llm_inference_service_multi_node_group_size(catalog, parallelism, template, worker_pods_per_group):
+    """ParallelismSpec.GetSize (llm_inference_service_types_func.go) is the LWS size."""
+    obj = copy.deepcopy(example_objects("llminferenceservice")["deepseek-r1-dp"])
+    obj["spec"]["parallelism"] = parallelism
+    if not template:
+        del obj["spec"]["template"]
+    views = {c.name: c for c in catalog.resolve(obj).components}
+    assert views["worker"].pods == 2 * worker_pods_per_group
+    assert views["main"].pods == (2 if template else 0)

@@ -251,3 +251,22 @@ def test_dynamo_rolling_update_keeps_worker_generations_apart(catalog):
     assert len(gangs) == 6
     assert all(count == minimum for count, minimum in gangs.values())
     assert gangs[("multinode-replica", "sglang-dsr1/SGLangDecodeWorker/new222/0")] == (4, 4)
+
+
+# -- LLMInferenceService multi-node: one gang per LWS group (leader + size-1 workers) -------------
+
+def test_llm_inference_service_multi_node_groups(catalog):
+    obj = example_objects("llminferenceservice")["deepseek-r1-dp"]     # 2 groups of size 2 (data 16 / 8)
+    lws = "deepseek-r1-dp-kserve-mn"
+    pods = [_pod(f"{lws}-{g}" + (f"-{w}" if w else ""), {
+        "app.kubernetes.io/component": "llminferenceservice-workload-" + ("worker" if w else "leader"),
+        "app.kubernetes.io/name": "deepseek-r1-dp",
+        "leaderworkerset.sigs.k8s.io/name": lws, "leaderworkerset.sigs.k8s.io/group-index": str(g),
+        "leaderworkerset.sigs.k8s.io/worker-index": str(w)}) for g in range(2) for w in range(2)]
+    assert _gangs(catalog, "llminferenceservice", obj, pods) == {
+        ("decode-group", f"{lws}/0"): (2, 2), ("decode-group", f"{lws}/1"): (2, 2)}
+    # a single-node service's Deployment pods form no gang
+    single = example_objects("llminferenceservice")["llama-3-70b-pd"]
+    pod = _pod("llama-3-70b-pd-kserve-7d9f8c6b5-x2kqz", {
+        "app.kubernetes.io/component": "llminferenceservice-workload", "app.kubernetes.io/name": "llama-3-70b-pd"})
+    assert _gangs(catalog, "llminferenceservice", single, [pod]) == {}

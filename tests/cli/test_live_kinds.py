@@ -1,0 +1,43 @@
+"""The kinds added for today's Workload Map, live: every example object of each is created in a real
+API server (the test CRDs: names and versions as upstream), and `workloadmap get` finds it through
+discovery and resolves it as `resolve -f` resolves the file.
+
+No controller runs: the objects carry the status their controllers would write (through /status).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests import kube_objects as k
+from tests.conftest import example_objects
+from workloadmap.catalog import Catalog
+from workloadmap.cli.main import cli
+
+# (example file, `get` type name as a user types it)
+KINDS = [
+    ("llminferenceservice", "llmisvc"),
+    ("dynamographdeployment-v1beta1", "dynamographdeployments.v1beta1.nvidia.com"),
+]
+
+
+@pytest.mark.parametrize("example, type_name", KINDS)
+def test_get_resolves_every_example_of_the_kind_as_offline(kube_cluster, example, type_name):
+    ns = k.namespace(kube_cluster, "kinds")
+    objects = example_objects(example)
+    for obj in objects.values():
+        k.create(kube_cluster, obj, ns)
+    result = CliRunner().invoke(cli, ["get", type_name, "-n", ns, "-o", "json",
+                                      "--kubeconfig", str(kube_cluster.kubeconfig)])
+    assert result.exit_code == 0, result.output + (result.stderr or "")
+    items = {i["name"]: i for i in json.loads(result.output)["items"]}
+    assert set(items) == set(objects)
+    catalog = Catalog.builtin()
+    for name, obj in objects.items():
+        offline = catalog.resolve(obj).to_dict()
+        assert items[name]["status"] == offline["status"], name
+        assert items[name]["total"] == offline["total"], name
+        assert items[name]["definition"] == offline["definition"], name
