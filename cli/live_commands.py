@@ -114,7 +114,8 @@ def _statuses(values) -> list[str]:
 @click.command()
 @click.argument("type_and_names", nargs=-1, required=True, metavar="TYPE[/NAME] [NAME]...")
 @click.option("--status", "statuses", multiple=True, metavar="STATUS[,STATUS]",
-              help="Keep workloads in these resolved statuses (repeatable, any case): " + ", ".join(STATUSES) + ".")
+              help="Keep workloads in these statuses, resolved or any other matched one (repeatable, any case): "
+              + ", ".join(STATUSES) + ".")
 @click.option("-l", "--selector", "selector", metavar="SELECTOR",
               help="Label selector, as kubectl's (-l team=vision,tier!=batch).")
 @click.option("--chunk-size", "chunk_size", type=click.IntRange(min=0), default=500, show_default=True,

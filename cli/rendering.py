@@ -47,7 +47,7 @@ def workload_table(items: list) -> Table:
         total = it["total"]
         table.add_row(
             it["namespace"] or "", it["name"] or "", it["kind"],
-            Text(it["status"], style=STATUS_STYLE.get(it["status"], "")),
+            status_cell(it),
             components_summary(it), str(total["pods"]), _num(total["gpu"]),
             format_cpu(total["cpu"]), format_bytes(total["memory"]),
         )
@@ -74,7 +74,7 @@ def workload_trees(items: list):
         total = it["total"]
         head = Text.assemble(
             (f"{it['kind']} ", "bold"), f"{it['namespace'] + '/' if it['namespace'] else ''}{it['name']}  ",
-            (it["status"], STATUS_STYLE.get(it["status"], "")),
+            status_cell(it),
             f"  [{it['definition']}]",
         )
         tree = Tree(head)
@@ -183,13 +183,23 @@ def _status_text(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
+def status_cell(it: dict) -> Text:
+    """The resolved status, then the other statuses the workload matched (`Degraded +Running`),
+    so a table shows the whole matched set as `-o json` does."""
+    text = _status_text(it["status"])
+    for other in it.get("statuses") or ():
+        if other != it["status"]:
+            text.append(f" +{other}", style="dim")
+    return text
+
+
 def live_table(items: list, now: datetime | None = None) -> Table:
     """`get`: NAME, NAMESPACE, STATUS, COMPONENTS, GPU, AGE."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("NAME", "NAMESPACE", "STATUS", "COMPONENTS", "GPU", "AGE"):
         table.add_column(col, justify="right" if col == "GPU" else "left")
     for it in items:
-        table.add_row(it["name"] or "", it["namespace"] or "", _status_text(it["status"]), components_summary(it),
+        table.add_row(it["name"] or "", it["namespace"] or "", status_cell(it), components_summary(it),
                       _num(it["total"]["gpu"]), age(it["creationTimestamp"], now))
     return table
 
@@ -205,7 +215,7 @@ def live_wide_table(items: list, now: datetime | None = None) -> Table:
         total = it["total"]
         live = it.get("live")
         pods = f"{live['ready']}/{total['pods']}" if live else f"-/{total['pods']}"
-        table.add_row(it["name"] or "", it["namespace"] or "", it["kind"], _status_text(it["status"]),
+        table.add_row(it["name"] or "", it["namespace"] or "", it["kind"], status_cell(it),
                       components_summary(it), pods, _num(total["gpu"]), format_cpu(total["cpu"]),
                       format_bytes(total["memory"]), age(it["creationTimestamp"], now),
                       f"{it['definition']} ({it['origin']})")
@@ -254,7 +264,7 @@ def live_trees(items: list):
         total, live = it["total"], it["live"]
         head = Text.assemble(
             (f"{it['kind']} ", "bold"), f"{it['namespace'] + '/' if it['namespace'] else ''}{it['name']}  ",
-            _status_text(it["status"]), f"  [{it['definition']}]  ")
+            status_cell(it), f"  [{it['definition']}]  ")
         head.append_text(_pods_text(total["pods"], live["pods"], live["ready"]))
         tree = Tree(head)
         views = {(c["name"], c["instance"]) for c in it["components"]}
@@ -330,7 +340,7 @@ def resources_tables(items: list):
     for it in items:
         title = Text.assemble((f"{it['kind']} ", "bold"),
                               f"{it['namespace'] + '/' if it['namespace'] else ''}{it['name']}  ",
-                              _status_text(it["status"]))
+                              status_cell(it))
         table = Table(box=None, pad_edge=False, header_style="bold", title=title, title_justify="left")
         table.add_column("COMPONENT")
         for col in ("REPLICAS", "DESIRED", "ACTUAL", "READY", "GPU/POD", "GPU", "CPU", "MEMORY", "LIVE GPU"):

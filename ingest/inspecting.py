@@ -164,6 +164,15 @@ def label_keys(definition: Definition) -> set[str]:
     return keys
 
 
+def matches_statuses(record: dict, wanted: set[str]) -> bool:
+    """Whether a record is in one of the wanted statuses (lower-case; none wanted: any): its
+    resolved status or any status it matched (`statuses`), so asking for Running finds a job
+    that is Running and Degraded at once, as upstream's consumers pick from the matched set."""
+    if not wanted:
+        return True
+    return record["status"].lower() in wanted or any(s.lower() in wanted for s in record.get("statuses") or ())
+
+
 class Owners:
     """The ownerReferences ancestry of objects, reading each intermediate owner at most once."""
 
@@ -361,8 +370,8 @@ class Inspector:
         """The resolved workloads of a type in a namespace (None: all namespaces).
 
         `names` reads those objects only; `label_selector` is the API server's;
-        `statuses` keeps the workloads whose resolved status is one of them (any
-        case); `chunk_size` pages the list.  `with_pods` adds ``live``
+        `statuses` keeps the workloads whose resolved status or any other status they
+        match is one of them (any case: `matches_statuses`); `chunk_size` pages the list.  `with_pods` adds ``live``
         ({pods, ready, gpu, cpu, memory}) from the pods each workload owns.
         """
         resource = self.resource(type_text)
@@ -381,7 +390,7 @@ class Inspector:
         kept = []
         for obj in objects:
             record = self._resolve(obj, listing.errors)
-            if record is not None and (not wanted or record["status"].lower() in wanted):
+            if record is not None and matches_statuses(record, wanted):
                 kept.append((obj, record))
         if with_pods and kept:
             pods = self._pods_for([obj for obj, _ in kept], namespace, chunk_size, listing.errors)

@@ -81,7 +81,7 @@ def transition_of(record: dict) -> dict | None:
         "kind": record["kind"], "uid": record["uid"], "framework": record["framework"],
         "definition": record["definition"], "from": record.get("previousStatus"), "to": record["status"],
         "at": record["observedAt"], "gpus": 0 if record["deleted"] else record["total"]["gpu"],
-        "previousDurationSeconds": duration,
+        "previousDurationSeconds": duration, "statuses": list(record.get("statuses") or ()),
     }
 
 
