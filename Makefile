@@ -45,9 +45,11 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/allocation_bench.py --analytics
 	$(BIN)/python bench/watch_bench.py
 
-# docs/cli-reference.md: every command's --help (the suite fails when it is stale).
+# docs/cli-reference.md: every command's --help; README's states table: the built-in definitions'
+# headers (the suite fails when either is stale).
 docs: $(VENV)/.installed
 	$(BIN)/python docs/cli_reference.py docs/cli-reference.md
+	$(BIN)/python docs/states_table.py README.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .import_linter_cache

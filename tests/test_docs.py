@@ -8,6 +8,7 @@ out: they name files as they were.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -82,3 +83,40 @@ def test_the_checks_see_paths_links_and_anchors():
     assert "docs/cli-reference.md#workloadmap-capacity" in LINK.findall(readme.read_text(encoding="utf-8"))
     assert slug("workloadmap run watchers") == "workloadmap-run-watchers"
     assert slug("`workloadmap cost`: GPU-hours and what they cost") == "workloadmap-cost-gpu-hours-and-what-they-cost"
+
+
+def _states_table():
+    """docs/states_table.py, the generator of the README's table of controller states."""
+    spec = importlib.util.spec_from_file_location("states_table", ROOT / "docs" / "states_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_s_states_table_is_the_definitions_headers():
+    states_table = _states_table()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    if states_table.with_table(readme) != readme:
+        raise AssertionError(
+            f"README.md's table of controller states is not what catalog/builtin/*.yaml's headers say: "
+            f"run `{states_table.REGENERATE}` (python docs/states_table.py) and commit README.md")
+
+
+def test_the_states_table_reads_each_state_of_a_header_block(tmp_path, monkeypatch):
+    states_table = _states_table()
+    (tmp_path / "kind.yaml").write_text(
+        "# Kind (example.io/v1).\n"
+        "# - a fact of the header, not a state: ignored\n"
+        "# States handled (README \"Controller states\", `make docs`):\n"
+        "# - Paused: Counts no pods, as the\n"
+        "#   controller deletes them | all.\n"
+        "# - Draining: Degraded.\n"
+        "#\n"
+        "# - after the block: ignored\n"
+        "apiVersion: workloadmap.io/v1alpha1\n", encoding="utf-8")
+    monkeypatch.setattr(states_table, "BUILTIN", tmp_path)
+    assert states_table.states(tmp_path / "kind.yaml") == [
+        ("Paused", "Counts no pods, as the controller deletes them | all."), ("Draining", "Degraded.")]
+    assert states_table.render_table().splitlines()[2:] == [
+        "| [`kind`](catalog/builtin/kind.yaml) | Paused | Counts no pods, as the controller deletes them \\| all. |",
+        "| [`kind`](catalog/builtin/kind.yaml) | Draining | Degraded. |"]
