@@ -48,6 +48,7 @@ PLURALS = {
     ("Milvus", "milvus.io"): "milvuses", ("PodCliqueSet", "grove.io"): "podcliquesets",
     ("DynamoGraphDeployment", "nvidia.com"): "dynamographdeployments",
     ("LLMInferenceService", "serving.kserve.io"): "llminferenceservices",
+    ("Sandbox", "agents.x-k8s.io"): "sandboxes",
 }
 
 

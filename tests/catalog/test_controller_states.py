@@ -871,3 +871,56 @@ def test_llm_inference_service_multi_node_group_size(catalog, parallelism, templ
     views = {c.name: c for c in catalog.resolve(obj).components}
     assert views["worker"].pods == 2 * worker_pods_per_group
     assert views["main"].pods == (2 if template else 0)
+
+
+def _sandbox(mode: str | None, *conditions: tuple) -> dict:
+    """A Sandbox (kubernetes-sigs/agent-sandbox api/v1beta1) with operatingMode `mode` (None: unset, the
+    default Running) and the conditions computeReadyCondition / computeSuspendedCondition /
+    computeFinishedCondition write (controllers/sandbox_controller.go), as (type, status, reason)."""
+    obj = copy.deepcopy(example_objects("sandbox")["code-agent-7f3k"])
+    obj["spec"].pop("operatingMode")
+    if mode is not None:
+        obj["spec"]["operatingMode"] = mode
+    obj["status"] = {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]}
+    return obj
+
+
+@pytest.mark.parametrize("mode, conditions, status, pods", [
+    # created, the controller not yet run; then the pod is pending
+    ("Running", (), "Initializing", 1),
+    (None, (("Ready", "False", "DependenciesNotReady"), ("Suspended", "False", "NotSuspended")), "Initializing", 1),
+    (None, (("Ready", "True", "DependenciesReady"), ("Suspended", "False", "NotSuspended")), "Running", 1),
+    # suspend asked: not yet acted on (Ready still True), then the pod terminating, then gone
+    ("Suspended", (("Ready", "True", "DependenciesReady"), ("Suspended", "False", "NotSuspended")), "Suspending", 0),
+    ("Suspended", (("Ready", "False", "SandboxSuspended"), ("Suspended", "False", "PodTerminating")), "Suspending", 0),
+    ("Suspended", (("Ready", "False", "SandboxSuspended"), ("Suspended", "True", "PodTerminated")), "Suspended", 0),
+    # resume asked: not yet acted on; then the new pod starting (Suspended reset to NotSuspended)
+    ("Running", (("Ready", "False", "SandboxSuspended"), ("Suspended", "True", "PodTerminated")), "Resuming", 1),
+    ("Running", (("Ready", "False", "DependenciesNotReady"), ("Suspended", "False", "NotSuspended")),
+     "Initializing", 1),
+    # a lingering Suspended=True once the pod is Ready again: Ready decides
+    ("Running", (("Ready", "True", "DependenciesReady"), ("Suspended", "True", "PodTerminated")), "Running", 1),
+    # the pod terminal; the shutdownTime reached (resources torn down)
+    (None, (("Ready", "False", "PodSucceeded"), ("Finished", "True", "PodSucceeded")), "Completed", 0),
+    (None, (("Ready", "False", "PodFailed"), ("Finished", "True", "PodFailed")), "Failed", 0),
+    (None, (("Ready", "False", "SandboxExpired"),), "Completed", 0),
+    # the controller cannot keep it ready
+    (None, (("Ready", "False", "ReconcilerError"),), "Degraded", 1),
+    (None, (("Ready", "False", "MultiplePods"),), "Degraded", 1),
+])
+def test_sandbox_has_all_eight_statuses(catalog, mode, conditions, status, pods):
+    resolved = catalog.resolve(_sandbox(mode, *conditions))
+    assert (resolved.status, resolved.pods) == (status, pods)
+
+
+def test_sandbox_suspend_and_resume_write_the_operating_mode(catalog):
+    from workloadmap.catalog.updating import resume, suspend
+
+    definition = catalog.get("sandbox")
+    running = _sandbox(None, ("Ready", "True", "DependenciesReady"))
+    asked = suspend(definition, running)
+    assert asked["spec"]["operatingMode"] == "Suspended"
+    assert catalog.resolve(asked).status == "Suspending"     # the controller has not acted yet
+    back = resume(definition, asked)
+    assert back["spec"]["operatingMode"] == "Running"
+    assert catalog.resolve(back).status == "Running"

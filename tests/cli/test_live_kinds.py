@@ -21,6 +21,7 @@ from workloadmap.cli.main import cli
 KINDS = [
     ("llminferenceservice", "llmisvc"),
     ("dynamographdeployment-v1beta1", "dynamographdeployments.v1beta1.nvidia.com"),
+    ("sandbox", "sandboxes"),
 ]
 
 
