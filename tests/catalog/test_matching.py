@@ -155,7 +155,7 @@ def _job_definition_testing_a_label(pattern: str, name: str = "job") -> dict:
 
 
 def _job_labelled(label: str) -> dict:
-    from .conftest import example_objects
+    from tests.conftest import example_objects
     job = copy.deepcopy(next(iter(example_objects("job").values())))
     job["metadata"].setdefault("labels", {})["team"] = label
     job["metadata"]["resourceVersion"] = "7"
