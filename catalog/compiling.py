@@ -205,6 +205,8 @@ def _view(shape, instance, template, r, lo, hi, per, status, source, gpus):
         per = _count(per)
     if template is not None:
         pods = (r if r is not None else (lo if lo is not None else 1)) * per
+        if pods > MAX_COUNT:
+            raise Bail   # the reference names the error
         try:
             per_pod = effective_request(template.get("spec"), gpus)
         except RequestError:

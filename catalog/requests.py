@@ -106,16 +106,21 @@ def _requests_and_limits(resources: dict, where: str) -> tuple[dict, dict]:
     requests = resources.get("requests") or {}
     if not isinstance(limits, dict) or not isinstance(requests, dict):
         raise RequestError(f"{where}: requests and limits must be objects")
-    return _milli_values(limits, where), _milli_values(requests, where)
+    return _milli_values(limits, where, "limits"), _milli_values(requests, where, "requests")
 
 
-def _milli_values(amounts: dict, where: str) -> dict:
+def _milli_values(amounts: dict, where: str, field: str) -> dict:
+    """Milli-units per resource name; a negative amount is refused: the API server accepts
+    "-3" in a custom resource's embedded pod template, and one would cancel others' demand."""
     out = {}
     try:
         for name, value in amounts.items():
-            out[name] = milli_value(value)
+            amount = out[name] = milli_value(value)
+            if amount < 0:
+                raise RequestError(f"{where}.{field}[{name}]: {value!r} is negative "
+                                   f"(a request, limit or overhead must not be)")
     except QuantityError as exc:
-        raise RequestError(f"{where} {name}: {exc}") from None
+        raise RequestError(f"{where}.{field}[{name}]: {exc}") from None
     return out
 
 
@@ -156,10 +161,15 @@ def _plain_containers(containers: list) -> dict:
             raise ValueError
         for name, value in limits.items():
             amount = milli_value(value)   # every limit is read, as the careful path reads it
+            if amount < 0:
+                raise ValueError   # the careful path names it
             if name not in requests:
                 total[name] = total.get(name, 0) + amount
         for name, value in requests.items():
-            total[name] = total.get(name, 0) + milli_value(value)
+            amount = milli_value(value)
+            if amount < 0:
+                raise ValueError
+            total[name] = total.get(name, 0) + amount
     return total
 
 
@@ -195,7 +205,7 @@ def _effective_request(spec, gpus: GpuMatcher, where: str) -> Resources:
     _apply_pod_level(total, spec.get("resources"), where)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        _add_into(total, _milli_values(overhead, f"{where}.overhead.resources"))
+        _add_into(total, _milli_values(overhead, where, "overhead"))
     return to_resources(total, gpus)
 
 

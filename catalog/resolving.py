@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import align, compile_definition, component_programs, fragment_template, read_count
+from .compiling import MAX_COUNT, align, compile_definition, component_programs, fragment_template, read_count
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.reading import ANY, paths_read
@@ -89,6 +89,9 @@ class _Evaluation:
             return read_count(value, minimum)
         except ValueError as exc:
             self.fail(field, str(exc))
+
+
+MAX_BYTES = 2**63 - 1
 
 
 def _cache_paths(definition: Definition) -> tuple | None:
@@ -191,6 +194,12 @@ class Resolver:
         for view in views:
             total.add(view.total)
             pods += view.pods
+        if pods > MAX_COUNT or total.memory > MAX_BYTES:
+            # counts are int32 and bytes int64 in Kubernetes and in the warehouse: a sum past
+            # them is an object no cluster runs, refused here rather than by a store downstream
+            what = f"pods add up to {pods}" if pods > MAX_COUNT else f"memory requests add up to {total.memory} bytes"
+            raise ResolveError(definition.name, "spec", object_ref(obj),
+                               f"the components' {what}, more than {MAX_COUNT if pods > MAX_COUNT else MAX_BYTES}")
         if key is not None:
             self._cache[key] = (views, total, pods)
             if len(self._cache) > self.cache_size:
@@ -313,6 +322,11 @@ class Resolver:
             if template is not None:
                 base = r if r is not None else (lo if lo is not None else 1)
                 pods = base * per
+                if pods > MAX_COUNT:
+                    ev.fail(scale.pods_per_replica.field if per > 1 and scale.pods_per_replica else
+                            (scale.replicas.field if scale.replicas else scale.min_replicas.field),
+                            f"{f'instance {instance!r}: ' if instance else ''}{base} replicas x {per} pods "
+                            f"per replica = {pods} pods, more than {MAX_COUNT} (2^31-1)")
                 try:
                     per_pod = effective_request(template.get("spec"), self.gpus)
                 except RequestError as exc:

@@ -12,7 +12,7 @@ import logging
 import click
 
 from .options import from_options, settings_options
-from .outputs import console
+from .outputs import console, fail
 
 
 @click.group("run")
@@ -114,6 +114,7 @@ def run_watchers(embedded, definition_files, metrics, pod_series, **options):
     """Watch clusters (list + watch every catalog kind they serve) and publish raw object events."""
     from workloadmap import running
     from workloadmap.ingest.clusters import ClusterConfigError
+    from workloadmap.ingest.watching import WatchingFailed
 
     from .catalogs import build_catalog
 
@@ -126,10 +127,14 @@ def run_watchers(embedded, definition_files, metrics, pod_series, **options):
         raise click.UsageError(str(exc)) from None
     catalog = build_catalog(definition_files, ())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serving(lambda: running.run_watchers(
-        settings, clusters, catalog, embedded=embedded, stop=running.stop_on_signals(), metrics=metrics,
-        pod_series=pod_series == "on",
-        started=lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}", err=True)))
+    try:
+        serving(lambda: running.run_watchers(
+            settings, clusters, catalog, embedded=embedded, stop=running.stop_on_signals(), metrics=metrics,
+            pod_series=pod_series == "on",
+            started=lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}",
+                                              err=True)))
+    except WatchingFailed as exc:
+        fail(exc)
     click.echo("watchers stopped; checkpoints saved in " + settings.checkpoint_dir, err=True)
 
 

@@ -132,6 +132,8 @@ class KindWatcher:
                 self._log_error(exc)
                 self._after_error()
             except Exception:  # a bug must not end the watch silently
+                if self.stop.is_set():
+                    return      # the process is stopping (a failed publisher says why)
                 self.counts["errors"] += 1
                 log.exception("%s: unexpected error; retrying", self)
                 self._after_error()
@@ -282,11 +284,12 @@ class ClusterWatcher:
     def __init__(self, cluster: Cluster, catalog: Catalog, publish: Publish, stop: threading.Event, *,
                  checkpoints: Checkpoints | None = None, flush: Callable[[], None] = lambda: None,
                  rediscover_every: float = 30.0, checkpoint_every: float = 5.0, page_size: int = 500,
-                 watch_timeout: int = 300):
+                 watch_timeout: int = 300, failed: Callable[[str, BaseException], None] | None = None):
         self.cluster = cluster
         self.base = catalog
         self.publish = publish
         self.flush = flush
+        self.failed = failed
         self.stop = stop
         self.checkpoints = checkpoints or Checkpoints(None, cluster.id)
         self.rediscover_every = rediscover_every
@@ -350,7 +353,8 @@ class ClusterWatcher:
         watcher = KindWatcher(self.cluster, resource, self.publish, self.stop, tracked=self._saved.pop(key, None),
                               page_size=self.page_size, watch_timeout=self.watch_timeout, on_object=on_object)
         self.watchers[key] = watcher
-        thread = threading.Thread(target=watcher.run, name=f"watch-{self.cluster.id}-{key}", daemon=True)
+        name = f"watch-{self.cluster.id}-{key}"
+        thread = threading.Thread(target=guarded(watcher.run, name, self.failed), name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
         log.info("%s: watching %s at %s", self, resource.qualified, resource.version)
@@ -425,30 +429,71 @@ def _api_version(catalog: Catalog, group: str, kind: str) -> str:
     return f"{group}/v1" if group else "v1"
 
 
+def guarded(run: Callable[[], None], name: str, failed: Callable[[str, BaseException], None] | None):
+    """`run` for a thread: an exception that escapes it is reported to `failed` (which stops the
+    process), never left to die with the thread while the process goes on without it."""
+    if failed is None:
+        return run
+
+    def target():
+        try:
+            run()
+        except BaseException as exc:  # noqa: BLE001 - whatever it is, the process must know
+            failed(name, exc)
+    return target
+
+
+class WatchingFailed(RuntimeError):
+    """A publisher or a watcher thread failed in a way no retry mends: the watchers stopped."""
+
+
 class Watching:
-    """Watch several clusters into one publisher until `stop` is set (the `run watchers` service)."""
+    """Watch several clusters into one publisher until `stop` is set (the `run watchers` service).
+
+    A publisher that raises (the embedded warehouse cannot write, Kafka did not acknowledge)
+    or a thread that dies stops every watcher: ``failure`` says what, and the caller fails
+    the process with it. Nothing is checkpointed past what was published, so a restart
+    publishes again what was lost."""
 
     def __init__(self, clusters: Iterable[Cluster], catalog: Catalog, publisher, *, checkpoint_dir=None,
                  stop: threading.Event | None = None, **options):
         self.stop = stop or threading.Event()
         self.publisher = publisher
+        self.failure: str | None = None
         self._publish_lock = threading.Lock()
         self.clusters = [ClusterWatcher(c, catalog, self._publish, self.stop,
-                                        checkpoints=Checkpoints(checkpoint_dir, c.id), flush=self._flush, **options)
+                                        checkpoints=Checkpoints(checkpoint_dir, c.id), flush=self._flush,
+                                        failed=self._failed, **options)
                          for c in clusters]
         self._threads: list[threading.Thread] = []
 
+    def _failed(self, where: str, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = f"{where}: {type(exc).__name__}: {exc}"
+        self.stop.set()
+
     def _publish(self, event: dict) -> None:
         with self._publish_lock:    # the embedded publisher runs the processors in-process: one at a time
-            self.publisher.publish(event)
+            try:
+                self.publisher.publish(event)
+            except Exception as exc:
+                self._failed(f"publishing into {self.publisher!r}", exc)
+                raise
 
     def _flush(self) -> None:
         with self._publish_lock:
-            self.publisher.flush()
+            if self.failure is not None:
+                raise WatchingFailed(self.failure)   # no checkpoint past a failed publisher
+            try:
+                self.publisher.flush()
+            except Exception as exc:
+                self._failed(f"flushing {self.publisher!r}", exc)
+                raise
 
     def start(self) -> "Watching":
         for watcher in self.clusters:
-            thread = threading.Thread(target=watcher.run, name=f"cluster-{watcher.cluster.id}", daemon=True)
+            name = f"cluster-{watcher.cluster.id}"
+            thread = threading.Thread(target=guarded(watcher.run, name, self._failed), name=name, daemon=True)
             self._threads.append(thread)
             thread.start()
         return self
@@ -475,7 +520,8 @@ class Watching:
         self.stop.set()
         for thread in self._threads:
             thread.join(timeout)
-        self._flush()
+        if self.failure is None:
+            self._flush()
 
     def __enter__(self):
         return self.start()

@@ -26,6 +26,7 @@ tuples as ``ingest.simulating.simulate_messages`` and
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 
@@ -34,7 +35,9 @@ from workloadmap.exporter.tracking import DEADLETTERS, TRANSITIONS, WORKLOADS, T
 from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
 from workloadmap.processors.processing import MemoryStates, Processor
 from workloadmap.warehouse.querying import Result, run_query
-from workloadmap.warehouse.writing import Warehouse
+from workloadmap.warehouse.writing import Warehouse, check_records, check_transition
+
+log = logging.getLogger(__name__)
 
 
 class EmbeddedPipeline:
@@ -64,6 +67,9 @@ class EmbeddedPipeline:
         self._transitions: list[dict] = []
         self._owns_warehouse = False
 
+    def __repr__(self):
+        return f"EmbeddedPipeline({str(self.warehouse.path)!r})"
+
     @classmethod
     def open(cls, path: str | os.PathLike, *, batch: int = 5000, catalog: Catalog | None = None
              ) -> "EmbeddedPipeline":
@@ -84,7 +90,8 @@ class EmbeddedPipeline:
         self.counts["events"] += 1
         self.counts["records"] += len(out.records)
         self.counts["dead_letters"] += len(out.dead_letters)
-        self.dead_letters.extend(json.loads(v) for _, v in out.dead_letters)
+        for _, v in out.dead_letters:
+            self._dead_letter(json.loads(v))
         self._records.extend(record for _, record in out.records)
         self._transitions.extend(json.loads(t) for _, t in out.transitions)
         if self.tracker is not None:
@@ -120,16 +127,46 @@ class EmbeddedPipeline:
     # ------------------------------------------------------------------ out
 
     def flush(self, timeout: float | None = None) -> None:
-        """Write what is pending in one warehouse transaction (`timeout`: the publisher interface's, unused)."""
+        """Write what is pending in one warehouse transaction (`timeout`: the publisher interface's, unused).
+
+        Each record and transition is checked first, as the Kafka writer checks them: one the
+        warehouse cannot store becomes a dead letter (stage ``warehouse``) and the others land.
+        One bad record must not lose its batch, nor, left pending, fail every later flush."""
         if self._records or self._transitions:
-            self.warehouse.write([json.loads(v) for v in self._records], list(self._transitions),
-                                 texts=[v.decode() for v in self._records])
-            self.counts["transitions"] += len(self._transitions)
-            self._records.clear()
-            self._transitions.clear()
+            self._write_pending()
         if self._tracked:
             self.tracker.apply_batch(self._tracked)
             self._tracked = []
+
+    def _write_pending(self) -> None:
+        pending, transitions = list(self._records), list(self._transitions)
+        self._records.clear()
+        self._transitions.clear()
+        rows, texts, transition_rows = [], [], []
+        for row, value in zip(check_records([json.loads(v) for v in pending]), pending):
+            if isinstance(row, ValueError):
+                self._refused(row, value, records.WORKLOADS_TOPIC)
+            else:
+                rows.append(row)
+                texts.append(value.decode())
+        for transition in transitions:
+            try:
+                transition_rows.append(check_transition(transition))
+            except ValueError as exc:
+                self._refused(exc, records.encode(transition), records.TRANSITIONS_TOPIC)
+        self.warehouse.write_checked(rows, texts, transition_rows)
+        self.counts["transitions"] += len(transition_rows)
+
+    def _refused(self, exc: ValueError, value: bytes, topic: str) -> None:
+        reason = getattr(exc, "reason", records.WRONG_TYPES)
+        detail = getattr(exc, "detail", str(exc))
+        self._dead_letter(records.DeadLetter("warehouse", reason, detail[:2000], value, topic=topic).to_dict())
+        self.counts["dead_letters"] += 1
+
+    def _dead_letter(self, letter: dict) -> None:
+        # no dead-letter topic to read here: the log is where an operator sees what was refused
+        log.warning("dead letter (%s, %s): %s", letter["stage"], letter["reason"], letter["detail"])
+        self.dead_letters.append(letter)
 
     def query(self, name: str, **params) -> Result:
         """A named query of ``warehouse/queries/`` over what was flushed (``Result.rows``, ``.dicts()``)."""

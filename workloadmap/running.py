@@ -25,7 +25,7 @@ from workloadmap.exporter.serving import MetricsServer
 from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS, WORKLOADS, Health, Tracker
 from workloadmap.ingest.clusters import Cluster, ClusterConfigError, ClusterSpec, connect
 from workloadmap.ingest.publishing import KafkaPublisher
-from workloadmap.ingest.watching import Watching
+from workloadmap.ingest.watching import Watching, WatchingFailed
 from workloadmap.warehouse.pricing import Pricing, load_pricing
 from workloadmap.warehouse.writing import KafkaWarehouseWriter, Warehouse, WriteResult
 
@@ -240,7 +240,9 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
     watchers' counters (events, relists, errors by cluster and kind) are served
     there, ready once every cluster is listed; embedded, with the exporter's
     series of the records the pipeline makes.  On return the checkpoints are
-    saved and the publisher, the warehouse, the server and the clusters are closed.
+    saved and the publisher, the warehouse, the server and the clusters are closed.  Raises
+    WatchingFailed when the publisher or a watcher thread failed (the watchers stop at once: a
+    process that went on would publish nothing more, silently).
     """
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
@@ -267,10 +269,17 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
             while not stop.wait(0.5):
                 pass
     finally:
-        publisher.close()
-        if server is not None:
-            server.close()
-        if warehouse is not None:
-            warehouse.close()
-        for cluster in clusters:
-            cluster.close()
+        try:
+            publisher.close()
+        except Exception:
+            if watching.failure is None:
+                raise
+        finally:
+            if server is not None:
+                server.close()
+            if warehouse is not None:
+                warehouse.close()
+            for cluster in clusters:
+                cluster.close()
+    if watching.failure is not None:
+        raise WatchingFailed(f"the watchers stopped: {watching.failure}")

@@ -178,7 +178,7 @@ def test_pod_level_limit_stands_in_for_a_request_no_container_makes():
 
 
 def test_bad_pod_level_quantity_names_the_field():
-    with pytest.raises(RequestError, match=r"spec.resources cpu"):
+    with pytest.raises(RequestError, match=r"spec\.resources\.requests\[cpu\]"):
         effective_request({"resources": {"requests": {"cpu": "lots"}}, "containers": [container()]})
 
 
@@ -232,6 +232,28 @@ def test_bad_quantity_in_init_container_and_limits():
             "initContainers": [container("i", limits={"nvidia.com/gpu": "two"})]}
     with pytest.raises(RequestError, match=r"initContainers\[0\].*nvidia.com/gpu"):
         effective_request(spec)
+
+
+@pytest.mark.parametrize("spec, field", [
+    # the API server accepts "-3" in a custom resource's embedded pod template (issue 27)
+    ({"containers": [container(requests={"nvidia.com/gpu": "-3"}, limits={"nvidia.com/gpu": "-3"})]},
+     "spec.containers[0].resources.limits[nvidia.com/gpu]"),
+    ({"containers": [container(requests={"cpu": "-500m"})]}, "spec.containers[0].resources.requests[cpu]"),
+    # a limit stands for the request no container makes
+    ({"containers": [container(limits={"memory": "-1Gi"})]}, "spec.containers[0].resources.limits[memory]"),
+    ({"containers": [container()], "initContainers": [container("i", requests={"cpu": "-1"})]},
+     "spec.initContainers[0].resources.requests[cpu]"),
+    ({"containers": [container()], "overhead": {"cpu": "-250m"}}, "spec.overhead[cpu]"),
+    ({"containers": [container()], "resources": {"requests": {"memory": "-1"}}}, "spec.resources.requests[memory]"),
+])
+def test_a_negative_quantity_is_an_error_naming_the_field(spec, field):
+    with pytest.raises(RequestError, match="is negative") as info:
+        effective_request(spec)
+    assert str(info.value).startswith(field + ":"), str(info.value)
+
+
+def test_zero_is_not_negative():
+    assert effective_request({"containers": [container(requests={"nvidia.com/gpu": "0", "cpu": "0"})]}).gpu == 0
 
 
 def test_malformed_pod_specs_raise_request_error():
@@ -475,6 +497,38 @@ def test_request_error_becomes_resolve_error_naming_the_spec():
         resolve(obj, SCALED)
     assert info.value.field == "spec.structureDefinition.childComponents[0].specDefinition"
     assert "containers[0]" in info.value.reason and "cpu" in info.value.reason
+
+
+def test_a_negative_request_is_a_resolve_error_naming_the_spec():
+    obj = demo({"replicas": 2, "template": {"spec": {"containers": [container(requests={"nvidia.com/gpu": "-3"})]}}})
+    with pytest.raises(ResolveError) as info:
+        resolve(obj, SCALED)
+    assert info.value.field == "spec.structureDefinition.childComponents[0].specDefinition"
+    assert "containers[0].resources.requests[nvidia.com/gpu]: '-3' is negative" in info.value.reason
+
+
+@pytest.mark.parametrize("spec, field, pods", [
+    # each count is within int32; their product is not: 2 x (2^31-1)
+    ({"replicas": 2, "perReplica": 2**31 - 1, "template": TEMPLATE}, "podsPerReplicaPath", 2 * (2**31 - 1)),
+    ({"replicas": 2**31 - 1, "perReplica": 2**31 - 1, "template": TEMPLATE}, "podsPerReplicaPath", (2**31 - 1) ** 2),
+])
+def test_replicas_times_pods_per_replica_past_int32_is_a_resolve_error_naming_the_field(spec, field, pods):
+    with pytest.raises(ResolveError) as info:
+        resolve(demo(spec), SCALED)
+    assert info.value.field == f"spec.structureDefinition.childComponents[0].scaleDefinition.{field}"
+    assert f"= {pods} pods, more than 2147483647" in info.value.reason
+
+
+def test_components_whose_pods_add_up_past_int32_are_a_resolve_error():
+    two = load(wm([child(n, specDefinition={"podTemplateSpecPath": ".spec.template"},
+                         scaleDefinition={"replicasPath": f".spec.{n}"}) for n in ("a", "b")]))
+    spec = {"a": 2**31 - 1, "b": 1, "template": TEMPLATE}   # each in range, 2^31 together
+    with pytest.raises(ResolveError, match="pods add up to 2147483648, more than 2147483647"):
+        resolve(demo(spec), two)
+    # the generated code (the pipeline's resolver) refuses it too, through the reference
+    with pytest.raises(ResolveError, match="pods add up to 2147483648"):
+        Resolver().resolve(demo(spec), two)
+    assert resolve(demo({**spec, "a": 2**31 - 2}), two).pods == 2**31 - 1
 
 
 def test_custom_gpu_matcher_in_the_resolver():
