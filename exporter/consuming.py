@@ -82,6 +82,7 @@ class TopicsConsumer:
             if self._consumer.position(tp) >= self._targets[tp]:
                 del self._targets[tp]
         if not self._targets:
+            self.tracker.refresh()   # the first scrape finds the compressed parts made
             self.ready.set()
             log.info("exporter caught up with the topics")
 

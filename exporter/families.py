@@ -27,22 +27,62 @@ metrics, few series, are prometheus_client metrics (``tracking.Health``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from workloadmap.catalog.definitions import STATUSES
 
 
-@dataclass
-class Family:
-    """One metric family: its name, type and help, and per object key the object's lines (bytes)."""
+CHUNKS = 1 << 10   # parts of a family's objects, compressed apart (see Family)
 
-    name: str
-    type: str
-    help: str
-    lines: dict = field(default_factory=dict)
+
+class Family:
+    """One metric family: its name, type and help, and per object key the object's lines (bytes).
+
+    The objects are spread over CHUNKS parts by the hash of their key, and each part keeps its
+    lines gzip-compressed as one gzip member, made again only when a line of the part changed
+    (``set`` and ``drop`` mark it): a scrape that accepts gzip, as Prometheus' does, joins those
+    members (a gzip stream may be a series of members), so its cost follows what changed since
+    the last scrape, not the size of the fleet.  A line set to what it was changes nothing.
+    """
+
+    __slots__ = ("name", "type", "help", "size", "parts", "dirty", "zipped", "_header")
+
+    def __init__(self, name: str, type: str, help: str):  # noqa: A002 - the format's words
+        self.name, self.type, self.help = name, type, help
+        self.size = 0                                       # objects with lines
+        self.parts: list[dict | None] = [None] * CHUNKS     # per part: key -> lines
+        self.dirty: set[int] = set()                        # parts changed since their member was made
+        self.zipped: list[bytes | None] = [None] * CHUNKS   # per part: its lines as one gzip member
+        self._header = f"# HELP {name} {help}\n# TYPE {name} {type}\n".encode()
 
     def header(self) -> bytes:
-        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.type}\n".encode()
+        return self._header
+
+    def set(self, key, lines: bytes) -> None:
+        i = hash(key) & (CHUNKS - 1)
+        part = self.parts[i]
+        if part is None:
+            part = self.parts[i] = {}
+        old = part.get(key)
+        if old != lines:
+            if old is None:
+                self.size += 1
+            part[key] = lines
+            self.dirty.add(i)
+
+    def drop(self, key) -> None:
+        i = hash(key) & (CHUNKS - 1)
+        part = self.parts[i]
+        if part is not None and part.pop(key, None) is not None:
+            self.size -= 1
+            self.dirty.add(i)
+
+    def get(self, key) -> bytes | None:
+        part = self.parts[hash(key) & (CHUNKS - 1)]
+        return None if part is None else part.get(key)
+
+    def blocks(self) -> list[bytes]:
+        """Every object's lines (references: cheap to take under a lock, joined after it)."""
+        return [block for part in self.parts if part for block in part.values()]
 
 
 def build(*specs: tuple) -> dict[str, Family]:

@@ -2,8 +2,9 @@
 
 /metrics is the Prometheus text format (version 0.0.4, the one every
 Prometheus reads), gzip-compressed when the scraper accepts it: the text of a
-big fleet is hundreds of megabytes of very repetitive lines, and compressing
-it at the fastest level costs less time than sending it uncompressed.
+big fleet is hundreds of megabytes of very repetitive lines.  A source that
+keeps its body compressed (``Tracker.exposition_gzip``) hands it over as is;
+any other is compressed at the fastest level.
 /healthz answers 200 while the process's loop runs; /readyz answers 200 once
 the consumer has read the topics up to the end they had when it started
 (before that, the series describe the past: an alert must not read them),
@@ -45,15 +46,17 @@ def parse_address(text: str) -> tuple[str, int]:
 class MetricsServer:
     """An HTTP server of `exposition()` at /metrics and of `healthy()`/`ready()` at /healthz and /readyz.
 
-        server = MetricsServer(":9108", tracker.exposition, ready=consumer.ready.is_set).start()
+        server = MetricsServer(":9108", tracker.exposition, exposition_gzip=tracker.exposition_gzip,
+                               ready=consumer.ready.is_set).start()
         server.port   # the bound port (useful with port 0)
         server.close()
     """
 
     def __init__(self, address: str, exposition: Callable[[], bytes], *, ready: Callable[[], bool] = lambda: True,
-                 healthy: Callable[[], bool] = lambda: True):
+                 healthy: Callable[[], bool] = lambda: True, exposition_gzip: Callable[[], bytes] | None = None):
         self.address = parse_address(address)
         self.exposition, self.ready, self.healthy = exposition, ready, healthy
+        self.exposition_gzip = exposition_gzip or (lambda: gzip.compress(exposition(), compresslevel=1))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -71,11 +74,12 @@ class MetricsServer:
             def do_GET(self):
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    body = owner.exposition()
                     headers = {"Content-Type": CONTENT_TYPE_PLAIN_0_0_4}
                     if "gzip" in self.headers.get("Accept-Encoding", ""):
-                        body = gzip.compress(body, compresslevel=1)
+                        body = owner.exposition_gzip()
                         headers["Content-Encoding"] = "gzip"
+                    else:
+                        body = owner.exposition()
                     self._reply(200, body, headers)
                 elif path in ("/healthz", "/readyz"):
                     ok = (owner.healthy if path == "/healthz" else owner.ready)()

@@ -21,6 +21,7 @@ and statuses, and by stage and reason.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import threading
 import time
@@ -238,6 +239,17 @@ class WatcherCounts:
 # --------------------------------------------------------------------------- the state
 
 
+class WorkloadState:
+    """What a workload's lines were written from, so that a record rewrites only the lines it changes."""
+
+    __slots__ = ("ident", "prefix", "framework", "definition", "status", "since", "created", "total", "components")
+
+    def __init__(self, r: WorkloadRecord, prefix: str):
+        self.ident, self.prefix = (r.namespace, r.name, r.kind), prefix
+        self.framework, self.definition, self.status = r.framework, r.definition, r.status
+        self.since, self.created, self.total, self.components = r.statusSince, r.creationTimestamp, r.total, r.components
+
+
 class PodState:
     """What one pod contributes: to which workload and component, how (Bound/Pending/other), how many GPUs."""
 
@@ -282,11 +294,12 @@ class Tracker:
         self.pod_series = pod_series
         self.health = health or Health()
         self.lock = threading.Lock()
+        self._refreshing = threading.Lock()
         self.families = f = build(WORKLOAD_FAMILIES, POD_FAMILIES, NODE_FAMILIES)
         self._workload_families = [f[name] for name, _, _ in WORKLOAD_FAMILIES]
         self._pod_info = f["workloadmap_pod_workload_info"]
         self._node_families = [f[name] for name, _, _ in NODE_FAMILIES]
-        self.workloads: dict[tuple, str] = {}          # (cluster, uid) -> label prefix
+        self.workloads: dict[tuple, WorkloadState] = {}  # (cluster, uid) -> what its lines say
         self.pods: dict[tuple, PodState] = {}           # (cluster, uid) -> contribution
         self.sums: dict[tuple, Sums] = {}               # (cluster, workload uid) -> sums
         self.component_sums: dict[tuple, Sums] = {}     # (cluster, workload uid, component, instance) -> sums
@@ -372,29 +385,44 @@ class Tracker:
         if r.deleted or r.status == records.DELETED:
             self._drop_workload(key)
             return
-        prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=r.name, kind=r.kind)
-        self.workloads[key] = prefix
+        old = self.workloads.get(key)
+        if old is None or old.ident != (r.namespace, r.name, r.kind):
+            old = None   # a first record (a uid's namespace, name and kind never change): every line written
+            prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=r.name, kind=r.kind)
+        else:
+            prefix = old.prefix
+        self.workloads[key] = WorkloadState(r, prefix)
         (info, status, since, created, pods, gpus, resources,
          c_pods, c_gpus, c_resources) = self._workload_families
-        info.lines[key] = f"workloadmap_workload_info{{{labels(prefix, framework=r.framework, definition=r.definition)}}} 1\n".encode()
-        status.lines[key] = "".join(
-            f'workloadmap_workload_status{{{prefix},status="{state}"}} {1 if state == r.status else 0}\n'
-            for state in STATES).encode()
-        for family, text in ((since, r.statusSince), (created, r.creationTimestamp)):
+        # Only the lines whose inputs changed are written again: most records change the status alone.
+        if old is None or (old.framework, old.definition) != (r.framework, r.definition):
+            info.set(key, f"workloadmap_workload_info{{{labels(prefix, framework=r.framework, definition=r.definition)}"
+                          f"}} 1\n".encode())
+        if old is None or old.status != r.status:
+            head = f'workloadmap_workload_status{{{prefix},status="'
+            status.set(key, "".join([f'{head}{state}"}} {1 if state == r.status else 0}\n' for state in STATES])
+                       .encode())
+        for family, text, before in ((since, r.statusSince, old and old.since),
+                                     (created, r.creationTimestamp, old and old.created)):
+            if old is not None and text == before:
+                continue
             at = unix_seconds(text)
             if at is None:
-                family.lines.pop(key, None)
+                family.drop(key)
             else:
-                family.lines[key] = f"{family.name}{{{prefix}}} {number(at)}\n".encode()
+                family.set(key, f"{family.name}{{{prefix}}} {number(at)}\n".encode())
         total = r.total
-        pods.lines[key] = f"workloadmap_workload_requested_pods{{{prefix}}} {total.pods}\n".encode()
-        gpus.lines[key] = f"workloadmap_workload_requested_gpus{{{prefix}}} {number(total.gpu)}\n".encode()
-        resources.lines[key] = resource_lines("workloadmap_workload_resource_requests", prefix,
+        if old is None or old.total != total:
+            pods.set(key, f"workloadmap_workload_requested_pods{{{prefix}}} {total.pods}\n".encode())
+            gpus.set(key, f"workloadmap_workload_requested_gpus{{{prefix}}} {number(total.gpu)}\n".encode())
+            resources.set(key, resource_lines("workloadmap_workload_resource_requests", prefix,
                                               {"cpu": total.cpu, "memory": total.memory,
-                                               "gpuResources": total.gpuResources}).encode()
+                                               "gpuResources": total.gpuResources}).encode())
+        if old is not None and old.components == r.components:
+            return
         if not r.components:
             for family in (c_pods, c_gpus, c_resources):
-                family.lines.pop(key, None)
+                family.drop(key)
             return
         merged: dict[tuple, list] = {}   # (name, instance) -> [pods, gpu, cpu, memory, gpuResources]
         for c in r.components:
@@ -412,14 +440,14 @@ class Tracker:
             g_lines.append(f"workloadmap_component_requested_gpus{{{cp}}} {number(gpu)}\n")
             r_lines.append(resource_lines("workloadmap_component_resource_requests", cp,
                                           {"cpu": cpu, "memory": memory, "gpuResources": by_resource}))
-        c_pods.lines[key] = "".join(p_lines).encode()
-        c_gpus.lines[key] = "".join(g_lines).encode()
-        c_resources.lines[key] = "".join(r_lines).encode()
+        c_pods.set(key, "".join(p_lines).encode())
+        c_gpus.set(key, "".join(g_lines).encode())
+        c_resources.set(key, "".join(r_lines).encode())
 
     def _drop_workload(self, key: tuple) -> None:
         self.workloads.pop(key, None)
         for family in self._workload_families:
-            family.lines.pop(key, None)
+            family.drop(key)
         sums = self.sums.pop(key, None)
         if sums is None:
             return
@@ -431,7 +459,7 @@ class Tracker:
                 if self.component_sums.pop(ckey, None) is not None:
                     self._write_sums(ckey, None, workload=False)
             pod.workload = pod.component = None
-            self._pod_info.lines.pop(pod_key, None)
+            self._pod_info.drop(pod_key)
         self.detached[key] = set(sums.pods)
 
     # ------------------------------------------------------------------ pods
@@ -447,18 +475,18 @@ class Tracker:
         owner = r.workload
         wkey = None if owner is None else (r.cluster, owner.uid)
         if r.deleted:
-            self._pod_info.lines.pop(key, None)
+            self._pod_info.drop(key)
             if wkey is not None:
                 self._forget_detached(wkey, key)
             return
         if wkey is not None and wkey in self.detached:
             self.detached[wkey].add(key)
             self.pods[key] = PodState(None, None, r.state, r.gpu)
-            self._pod_info.lines.pop(key, None)
+            self._pod_info.drop(key)
             return
         if wkey is None:
             self.pods[key] = PodState(None, None, r.state, r.gpu)
-            self._pod_info.lines.pop(key, None)
+            self._pod_info.drop(key)
             return
         component = None if r.component is None else (r.component, r.instance)
         pod = self.pods[key] = PodState(wkey, component, r.state, r.gpu)
@@ -475,9 +503,9 @@ class Tracker:
                     labels(prefix, component=r.component, component_instance=r.instance))
             self._join(csums, key, pod, ckey, workload=False)
         if self.pod_series:
-            self._pod_info.lines[key] = ("workloadmap_pod_workload_info{" + labels(
+            self._pod_info.set(key, ("workloadmap_pod_workload_info{" + labels(
                 cluster=r.cluster, namespace=r.namespace, pod=r.name, workload=owner.name, kind=owner.kind,
-                component=r.component, component_instance=r.instance, replica=r.replica) + "} 1\n").encode()
+                component=r.component, component_instance=r.instance, replica=r.replica) + "} 1\n").encode())
 
     def _join(self, sums: Sums, key: tuple, pod: PodState, skey: tuple, *, workload: bool) -> None:
         sums.pods.add(key)
@@ -517,9 +545,9 @@ class Tracker:
                            ("pending_pods", "pending_pods"), ("pending_gpus", "pending_gpus")):
             family = f[f"workloadmap_{scope}_{what}"]
             if sums is None:
-                family.lines.pop(skey, None)
+                family.drop(skey)
             else:
-                family.lines[skey] = f"{family.name}{{{sums.prefix}}} {number(getattr(sums, attr))}\n".encode()
+                family.set(skey, f"{family.name}{{{sums.prefix}}} {number(getattr(sums, attr))}\n".encode())
 
     # ------------------------------------------------------------------ nodes
 
@@ -529,33 +557,60 @@ class Tracker:
         if r.deleted:
             self.nodes.discard(key)
             for family in self._node_families:
-                family.lines.pop(key, None)
+                family.drop(key)
             return
         self.nodes.add(key)
         prefix = labels(cluster=r.cluster, node=r.name)
         n = r.labels
-        info.lines[key] = ("workloadmap_node_info{" + labels(prefix, gpu_product=n.gpuProduct, instance_type=n.instanceType,
-                                                             node_pool=n.nodePool, zone=n.zone) + "} 1\n").encode()
+        info.set(key, ("workloadmap_node_info{" + labels(prefix, gpu_product=n.gpuProduct, instance_type=n.instanceType,
+                                                         node_pool=n.nodePool, zone=n.zone) + "} 1\n").encode())
         a = r.allocatable
-        allocatable.lines[key] = resource_lines("workloadmap_node_resource_allocatable", prefix,
-                                                {"cpu": a.cpu, "memory": a.memory,
-                                                 "gpuResources": a.gpuResources}).encode()
-        unschedulable.lines[key] = f"workloadmap_node_unschedulable{{{prefix}}} {int(r.unschedulable)}\n".encode()
+        allocatable.set(key, resource_lines("workloadmap_node_resource_allocatable", prefix,
+                                            {"cpu": a.cpu, "memory": a.memory,
+                                             "gpuResources": a.gpuResources}).encode())
+        unschedulable.set(key, f"workloadmap_node_unschedulable{{{prefix}}} {int(r.unschedulable)}\n".encode())
 
     # ------------------------------------------------------------------ out
 
     def series(self) -> int:
         """Series of the per-object families (lines), for the figures."""
         with self.lock:
-            return sum(block.count(b"\n") for family in self.families.values() for block in family.lines.values())
+            return sum(block.count(b"\n") for family in self.families.values() for block in family.blocks())
 
     def exposition(self) -> bytes:
         """The /metrics body: the health metrics, then each family's lines as the last events left them.
 
-        The lock is held only to take the families' values (a list of references each); the
-        bytes are joined after it, while records go on being applied.
+        The lock is held only to take the families' lines (references); the bytes are joined
+        after it, while records go on being applied.
         """
         with self.lock:
-            parts = [(family.header(), list(family.lines.values()))
-                     for family in self.families.values() if family.lines]
+            parts = [(family.header(), family.blocks()) for family in self.families.values() if family.size]
         return self.health.exposition() + b"".join(header + b"".join(blocks) for header, blocks in parts)
+
+    def refresh(self) -> None:
+        """Make again the gzip member of every part changed since its last one (see families.Family).
+
+        The parts' lines are taken under the lock and compressed after it; scrapes run this one
+        at a time.  The consumer calls it once caught up, so the first scrape finds it done.
+        """
+        with self._refreshing:
+            with self.lock:
+                work = []
+                for family in self.families.values():
+                    dirty, family.dirty = family.dirty, set()
+                    work.extend((family, i, list(family.parts[i].values()) if family.parts[i] else ())
+                                for i in dirty)
+            for family, i, blocks in work:
+                family.zipped[i] = gzip.compress(b"".join(blocks), compresslevel=1, mtime=0) if blocks else None
+
+    def exposition_gzip(self) -> bytes:
+        """The /metrics body gzip-compressed: a series of gzip members, one per part of each family,
+        made again only for the parts that changed since the last scrape (``refresh``)."""
+        self.refresh()
+        out = [gzip.compress(self.health.exposition(), compresslevel=1, mtime=0)]
+        with self.lock:
+            families = [(f, list(f.zipped)) for f in self.families.values() if f.size]
+        for family, members in families:
+            out.append(gzip.compress(family.header(), compresslevel=1, mtime=0))
+            out.extend(m for m in members if m)
+        return b"".join(out)

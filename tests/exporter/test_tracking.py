@@ -262,6 +262,23 @@ def test_the_records_the_processors_publish_are_read_as_published(catalog):
                  to_status="Running") == 1
 
 
+def test_the_gzipped_body_is_the_text_body_and_a_scrape_compresses_again_only_the_parts_that_changed():
+    t = Tracker()
+    feed(t, *[(WORKLOADS, workload(f"u{i}", components=TRAINER)) for i in range(50)])
+    assert gzip.decompress(t.exposition_gzip()) == t.exposition()
+    status = t.families["workloadmap_workload_status"]
+    assert status.dirty == set()
+    feed(t, (WORKLOADS, workload("u7", "Running", components=TRAINER)))   # the same lines: nothing changes
+    assert status.dirty == set()
+    feed(t, (WORKLOADS, workload("u7", "Failed", components=TRAINER)), (WORKLOADS, workload("u9", deleted=True)))
+    # u7's status part and u9's part; the requests of u7 did not change, so their family is untouched
+    assert 1 <= len(status.dirty) <= 2 and t.families["workloadmap_workload_requested_gpus"].dirty != set()
+    assert len(t.families["workloadmap_workload_requested_gpus"].dirty) == 1   # u9 dropped
+    assert gzip.decompress(t.exposition_gzip()) == t.exposition()
+    assert value(t, "workloadmap_workload_status", cluster="c1", namespace="ml", workload="wl-u7", kind="PyTorchJob",
+                 status="Failed") == 1
+
+
 # --------------------------------------------------------------------------- serving
 
 
@@ -277,7 +294,8 @@ def test_the_server_serves_metrics_in_the_text_format_gzipped_when_asked_and_rea
     t = Tracker()
     feed(t, (WORKLOADS, workload("u1")))
     ready = []
-    with MetricsServer("127.0.0.1:0", t.exposition, ready=lambda: bool(ready)) as server:
+    with MetricsServer("127.0.0.1:0", t.exposition, exposition_gzip=t.exposition_gzip,
+                       ready=lambda: bool(ready)) as server:
         base = f"http://127.0.0.1:{server.port}"
         status, headers, body = get(base + "/metrics")
         assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")

@@ -1,0 +1,173 @@
+"""Benchmark: the exporter's ingest rate, memory and /metrics scrape time at fleet scale.
+
+Builds --workloads workload records (real records: each catalog example run once through the
+processors, then copied with its own uid, name, namespace and cluster) and --pods pod records
+(tests/allocation_records.py, the pod-record schema's fields: --pods / --workloads pods per
+workload over its components, 80 % Bound, 20 % Pending), all JSON-encoded first, as Kafka would
+hand them over.  Then, in one process and one thread (the consumer's):
+
+- ingest: ``Tracker.apply_batch`` in batches of 5,000, workload records first, then pod records,
+  then one status change per workload (the steady state's commonest record); records per second
+  of CPU time and CPU microseconds per record, for each;
+- memory: resident memory (RSS) added by the workloads, divided by the workloads, and by the pods,
+  divided by the pods (it includes what the allocator keeps);
+- scrape: ``exposition()`` (the text body: the health metrics and every family's lines); the
+  compression of every part once (``refresh``, what the consumer does when caught up); HTTP GETs
+  of /metrics with gzip, as Prometheus scrapes, through ``MetricsServer`` (wall seconds, median
+  of --rounds): with nothing changed, and after --churn status changes each (their parts are
+  compressed again within the scrape).
+
+Targets (issue 29): >= 20,000 records/s on one core; /metrics <= 2 s at 100,000 workloads and
+1,000,000 pods.  Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.allocation_records import pod  # noqa: E402
+from workloadmap.catalog import Catalog, records  # noqa: E402
+from workloadmap.exporter.serving import MetricsServer  # noqa: E402
+from workloadmap.exporter.tracking import PODS, WORKLOADS, Tracker  # noqa: E402
+from workloadmap.processors.processing import MemoryStates, Processor  # noqa: E402
+
+KINDS = ("pytorchjob", "jobset", "raycluster", "rayjob", "mpijob", "leaderworkerset", "inferenceservice",
+         "deployment", "statefulset", "job", "dynamographdeployment", "podcliqueset")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def templates() -> list[dict]:
+    """One real workload record per catalog example object of KINDS, as the processors publish it."""
+    import yaml
+    from importlib import resources
+
+    catalog, processor, state = Catalog.builtin(), None, MemoryStates()
+    processor = Processor(catalog)
+    out = []
+    for kind in KINDS:
+        text = resources.files("workloadmap.catalog").joinpath(f"examples/{kind}.yaml").read_text()
+        for obj in (d for d in yaml.safe_load_all(text) if d):
+            result = processor.process(None, records.encode(records.raw_event("c0", "ADDED", obj)), state)
+            out.extend(records.decode(v) for _, v in result.records)
+    return out
+
+
+def build(n_workloads: int, n_pods: int, clusters: int) -> tuple[list, list, list]:
+    """(workload messages, pod messages, status-change messages), encoded."""
+    base = templates()
+    workloads, changes, pods = [], [], []
+    per = max(1, n_pods // max(1, n_workloads))
+    at = "2026-12-05T10:00:00Z"
+    for i in range(n_workloads):
+        r = copy.copy(base[i % len(base)])
+        cluster = f"cluster-{i % clusters}"
+        r.update(uid=f"w{i}", name=f"{r['name']}-{i}", namespace=f"team-{i % 200}", cluster=cluster,
+                 observedAt=at, status="Running")
+        workloads.append((WORKLOADS, records.encode(r), None))
+        changes.append((WORKLOADS, records.encode({**r, "status": "Degraded", "previousStatus": "Running",
+                                                   "observedAt": "2026-12-05T10:05:00Z",
+                                                   "statusSince": "2026-12-05T10:05:00Z"}), None))
+        names = [c["name"] for c in r["components"]] or ["main"]
+        for j in range(per if len(pods) + per <= n_pods else n_pods - len(pods)):
+            pods.append((PODS, records.encode(pod(
+                f"p{i}-{j}", at, "Bound" if j % 5 else "Pending", cluster=cluster, node=f"node-{j}" if j % 5 else None,
+                gpu=8, workload=(r["kind"], r["name"], r["uid"]), namespace=r["namespace"],
+                name=f"{r['name']}-{names[j % len(names)]}-{j}", component=names[j % len(names)], replica=str(j))),
+                None))
+    return workloads, pods, changes
+
+
+def ingest(tracker: Tracker, messages: list, batch: int = 5000) -> dict:
+    gc.collect()
+    cpu = time.process_time()
+    for start in range(0, len(messages), batch):
+        tracker.apply_batch(messages[start:start + batch])
+    cpu = time.process_time() - cpu
+    return {"records": len(messages), "cpu_s": round(cpu, 2), "records_per_cpu_s": round(len(messages) / cpu),
+            "cpu_us_per_record": round(cpu / len(messages) * 1e6, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", type=int, default=100_000)
+    parser.add_argument("--pods", type=int, default=1_000_000)
+    parser.add_argument("--clusters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--churn", type=int, default=5000, help="Records applied between two timed scrapes.")
+    args = parser.parse_args()
+
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)   # as the services run (running.collect_garbage_rarely)
+    workloads, pods, changes = build(args.workloads, args.pods, args.clusters)
+    tracker = Tracker()
+    rss0 = rss_bytes()
+    out = {"bench": "exporter", "workloads": args.workloads, "pods": len(pods),
+           "machine": f"{platform.node()} {os.cpu_count()} cores", "load_avg": os.getloadavg()[0]}
+    out["ingest_workloads"] = ingest(tracker, workloads)
+    rss1 = rss_bytes()
+    out["ingest_pods"] = ingest(tracker, pods)
+    rss2 = rss_bytes()
+    out["ingest_status_changes"] = ingest(tracker, changes)
+    out["rss_bytes_per_workload"] = round((rss1 - rss0) / args.workloads)
+    out["rss_bytes_per_pod"] = round((rss2 - rss1) / max(1, len(pods)))
+    out["rss_mib"] = round(rss_bytes() / 2**20)
+    running = workloads
+    del pods
+
+    times = []
+    for _ in range(args.rounds):
+        started = time.perf_counter()
+        body = tracker.exposition()
+        times.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    tracker.refresh()   # every part compressed once: what the consumer does when it has caught up
+    cold = time.perf_counter() - started
+    with MetricsServer("127.0.0.1:0", tracker.exposition, exposition_gzip=tracker.exposition_gzip) as server:
+        def get() -> tuple[float, int]:
+            started = time.perf_counter()
+            request = urllib.request.Request(f"http://127.0.0.1:{server.port}/metrics",
+                                             headers={"Accept-Encoding": "gzip"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                n = len(response.read())
+            return time.perf_counter() - started, n
+        idle = [get() for _ in range(args.rounds)]
+        # a scrape after --churn records (status changes of random workloads and pods moving), as
+        # between two scrapes of a fleet in its steady state
+        rng = random.Random(1)
+        picked = rng.sample(range(len(changes)), min(args.churn, len(changes)))
+        back, forth = [running[i] for i in picked], [changes[i] for i in picked]   # Degraded -> Running -> ...
+        busy = []
+        for round_ in range(args.rounds):
+            churn = back if round_ % 2 == 0 else forth
+            tracker.apply_batch(churn)
+            busy.append(get())
+    out["scrape"] = {"series": body.count(b"\n") - body.count(b"\n#"), "bytes": len(body),
+                     "gzip_bytes": idle[0][1], "exposition_text_s": round(statistics.median(times), 3),
+                     "compress_all_parts_s": round(cold, 3),
+                     "http_get_gzip_s": round(statistics.median(t for t, _ in idle), 3),
+                     "http_get_gzip_after_churn_s": round(statistics.median(t for t, _ in busy), 3),
+                     "churn_records": len(churn)}
+    out["targets"] = {"records_per_cpu_s": 20_000, "scrape_s": 2.0, "at": "100,000 workloads, 1,000,000 pods"}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
