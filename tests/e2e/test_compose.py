@@ -31,7 +31,7 @@ def _resolve_command(argv):
 def test_every_service_runs_a_real_workloadmap_command():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"kafka", "watchers", "processors", "warehouse"} <= set(services)
+    assert {"kafka", "watchers", "processors", "warehouse", "exporter", "prometheus"} <= set(services)
     for name, service in services.items():
         if "build" in service:
             _resolve_command(service["command"])

@@ -23,8 +23,10 @@ import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 from importlib import resources
+from pathlib import Path
 
 import pytest
+import yaml
 
 from workloadmap.catalog import records
 from workloadmap.exporter.serving import MetricsServer
@@ -34,6 +36,7 @@ from tests.allocation_records import node, pod
 from tests.exporter_records import component, workload
 from tests.services.prometheus import INTERVAL_S, Prometheus, prometheus_binary
 
+ROOT = Path(__file__).resolve().parents[2]
 RULES = resources.files("workloadmap.exporter").joinpath("prometheus/workloadmap-rules.yaml")
 DASHBOARD = resources.files("workloadmap.exporter").joinpath("grafana/workloadmap-dashboard.json")
 
@@ -111,6 +114,18 @@ def test_the_shipped_rules_pass_promtool():
     run = subprocess.run([prometheus_binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS: 11 rules found" in run.stdout
+
+
+def test_the_shipped_prometheus_configuration_passes_promtool_and_scrapes_the_compose_services():
+    config = resources.files("workloadmap.exporter").joinpath("prometheus/prometheus.yml")
+    run = subprocess.run([prometheus_binary("promtool"), "check", "config", str(config)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stdout + run.stderr   # the rule file it names is checked too
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    targets = {t for job in yaml.safe_load(config.read_text())["scrape_configs"]
+               for c in job["static_configs"] for t in c["targets"]}
+    assert targets == {"exporter:9108", "watchers:9109"}
+    assert ":9108" in compose["exporter"]["command"] and ":9109" in compose["watchers"]["command"]
 
 
 def test_the_recording_rules_give_the_hand_computed_joins(stack):
