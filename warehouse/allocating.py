@@ -48,6 +48,7 @@ BOUND = "Bound"
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 NODE_LABELS = ("gpuProduct", "instanceType", "nodePool", "zone")
 _INT64_MAX = 2**63 - 1
+ENDED_BITS_PER_KEY = 32
 
 
 def _checking():
@@ -284,7 +285,10 @@ class Allocations:
     """The writer's bookkeeping of pod and node intervals (one per Warehouse; batches under its lock)."""
 
     def __init__(self, conn):
-        self._ended = DeletedWorkloads(conn, table="ended_pods")
+        # 32 bits a key (~0.07% false positives): a key the filter cannot rule out costs a scan of
+        # ended_pods (it has no index: an ART of every pod that ever ended made each batch's inserts
+        # grow with the history), so the filter must rule out nearly all.
+        self._ended = DeletedWorkloads(conn, table="ended_pods", bits_per_key=ENDED_BITS_PER_KEY)
 
     # ------------------------------------------------------------------ pods
 
@@ -294,7 +298,10 @@ class Allocations:
         for r in rows:
             by_pod.setdefault((r[0], r[1]), []).append(r)
         current = _current(conn, "pod_current", "uid", _POD_CURRENT_COLUMNS, by_pod)
-        others = {pod_key(*k): k for k in by_pod if k not in current}
+        # Only a pod's non-terminal record could reopen it; a terminal one of a pod that ended already
+        # (its deletion after it succeeded: the usual case) changes nothing, so is not looked up.
+        others = {pod_key(*k): k for k, pod_rows in by_pod.items()
+                  if k not in current and any(r[_P_STATE] != TERMINATED for r in pod_rows)}
         maybe = [k for k in others if self._ended.may_contain(k)]
         ended = set()
         if maybe:
@@ -309,7 +316,7 @@ class Allocations:
             # the open interval: identity (cluster .. state), valid_from, demand; then observed_at, version_key
             open_ = None if c is None else [*c[:17], c[17], c[18], c[19], _pairs(c[20])]
             seen = None if c is None else (c[21], c[22])
-            done, changed = False, False
+            done, changed, held = False, False, False
             for r in pod_rows:
                 if done or (seen is not None and (r[_P_OBS] < seen[0] or (r[_P_VK] == seen[1] and not r[_P_DEL]))):
                     continue  # after the pod ended, late, or the latest record again
@@ -322,6 +329,7 @@ class Allocations:
                     open_, done = None, True
                     continue
                 new = [*r[:_P_STATE + 1], r[_P_OBS], *r[_P_GPUS:]]
+                held = True
                 if open_ is None:
                     open_ = new
                 elif new[_P_ATTRIBUTION] != open_[_P_ATTRIBUTION] or new[_P_NODE:_P_STATE + 1] != open_[_P_NODE:_P_STATE + 1] \
@@ -332,7 +340,7 @@ class Allocations:
                     else:
                         closed.append((*open_[:17], r[_P_OBS], *open_[17:]))
                         open_ = new
-            if done:
+            if done and (c is not None or held):  # a pod first seen ended never held anything: no key
                 ended_now.append(key)
             if changed and (c is not None or open_ is not None):
                 opened.append((key, None if open_ is None else (*open_, *seen)))
@@ -345,7 +353,7 @@ class Allocations:
                 self._ended.add(k)
             conn.register("wm_alloc_ended", pa.table({"key": pa.array(keys, type=pa.uint64())}))
             try:
-                conn.execute("INSERT OR IGNORE INTO ended_pods SELECT key FROM wm_alloc_ended").fetchall()
+                conn.execute("INSERT INTO ended_pods SELECT key FROM wm_alloc_ended").fetchall()
             finally:
                 conn.unregister("wm_alloc_ended")
         return kept, len(rows) - kept

@@ -28,16 +28,17 @@ class DeletedWorkloads:
     """A Bloom filter over the 64-bit keys of ``deleted_workloads`` (``writing.workload_key``), or of
     another table of keys with a column ``key`` (``ended_pods``: the pods that ended, allocating.py)."""
 
-    def __init__(self, conn, table: str = "deleted_workloads"):
+    def __init__(self, conn, table: str = "deleted_workloads", bits_per_key: int = _BITS_PER_KEY):
         self.table = table
+        self.bits_per_key = bits_per_key
         self.load(conn)
 
     def load(self, conn) -> None:
         """Build the filter from the table, sized for twice its keys."""
         (count,), = conn.execute(f"SELECT count(*) FROM {self.table}").fetchall()
-        log2 = max(_MIN_BITS_LOG2, (2 * count * _BITS_PER_KEY - 1).bit_length())
+        log2 = max(_MIN_BITS_LOG2, (2 * count * self.bits_per_key - 1).bit_length())
         self._shift = 64 - log2
-        self._capacity = (1 << log2) // _BITS_PER_KEY
+        self._capacity = (1 << log2) // self.bits_per_key
         bits = bytearray(1 << (log2 - 3))
         if count:
             # The positions in DuckDB (the same arithmetic as _positions), OR-ed per byte.

@@ -336,6 +336,19 @@ SELECT {NODE_COLUMNS.replace("valid_to", "NULL::TIMESTAMPTZ AS valid_to")} FROM 
     )),
 )
 
+MIGRATIONS += (
+    # ended_pods' PRIMARY KEY made every batch insert its ended pods into an ART index of all the pods
+    # that ever ended, loaded from disk node by node: the batch cost grew with the history.  The
+    # table becomes a plain append-only list of keys (the writer asks it only about the few keys its
+    # Bloom filter cannot rule out, with a scan: allocating.py).
+    Migration(10, "ended_pods without an index: append-only keys", (
+        "CREATE TABLE ended_pods_v10 (key UBIGINT NOT NULL)",
+        "INSERT INTO ended_pods_v10 SELECT key FROM ended_pods",
+        "DROP TABLE ended_pods",
+        "ALTER TABLE ended_pods_v10 RENAME TO ended_pods",
+    )),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

@@ -191,3 +191,31 @@ def test_the_kafka_writers_batch_checks_pods_and_nodes_and_dead_letters_the_malf
     assert [(d.reason, d.offset) for d in dead] == [(records.WRONG_TYPES, 1), (records.MALFORMED_JSON, 2)]
     assert "nodeName must name the node of a Bound pod" in dead[0].detail
     assert offsets == {(records.PODS_TOPIC, 0): 3, (records.NODES_TOPIC, 0): 1}
+
+
+def test_a_version_9_file_keeps_its_ended_pods_in_the_append_only_table_of_version_10(tmp_path):
+    import duckdb
+
+    from workloadmap.warehouse import schema
+    from workloadmap.warehouse.allocating import pod_key
+
+    path = tmp_path / "v9.duckdb"
+    conn = duckdb.connect(str(path))
+    schema.migrate(conn, target=9)
+    conn.execute("INSERT INTO ended_pods VALUES (?)", [pod_key("c1", "p1")])
+    conn.close()
+    with Warehouse(path) as wh:
+        assert schema.current_version(wh.conn) == schema.LATEST_VERSION >= 10
+        late = wh.write(pods=[pod("p1", "2026-11-01T12:00:00Z", "Bound", node="n1")])
+        assert (late.pods, late.pod_duplicates) == (0, 1)  # the filter, built from the migrated table, knows it
+        assert pod_rows(wh) == []
+
+
+def test_the_deletion_after_a_pod_succeeded_changes_nothing_and_adds_no_second_key(wh):
+    wh.write(pods=[pod("p1", "2026-11-01T10:00:00Z", "Bound", node="n1", gpu=1),
+                   pod("p1", "2026-11-01T11:00:00Z", "Terminated", node="n1", gpu=1)])
+    wh.write(pods=[pod("p1", "2026-11-01T11:00:30Z", "Terminated", node="n1", gpu=1, deleted=True),
+                   pod("p2", "2026-11-01T11:00:30Z", "Terminated", deleted=True)])  # never seen pending or bound
+    assert wh.cursor().execute("SELECT count(*) FROM ended_pods").fetchone() == (1,)
+    assert pod_rows(wh) == [("p1", "Bound", "n1", "wl-1", "worker", 1.0, t("2026-11-01T10:00:00Z"),
+                             t("2026-11-01T11:00:00Z"))]
