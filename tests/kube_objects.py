@@ -48,7 +48,7 @@ PLURALS = {
     ("Milvus", "milvus.io"): "milvuses", ("PodCliqueSet", "grove.io"): "podcliquesets",
     ("DynamoGraphDeployment", "nvidia.com"): "dynamographdeployments",
     ("LLMInferenceService", "serving.kserve.io"): "llminferenceservices",
-    ("Sandbox", "agents.x-k8s.io"): "sandboxes",
+    ("Sandbox", "agents.x-k8s.io"): "sandboxes", ("NIMCache", "apps.nvidia.com"): "nimcaches",
 }
 
 

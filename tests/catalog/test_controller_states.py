@@ -924,3 +924,41 @@ def test_sandbox_suspend_and_resume_write_the_operating_mode(catalog):
     back = resume(definition, asked)
     assert back["spec"]["operatingMode"] == "Running"
     assert catalog.resolve(back).status == "Running"
+
+
+@pytest.mark.parametrize("state, conditions, status, pods", [
+    # reconcileNIMCache (NVIDIA/k8s-nim-operator internal/controller/nimcache_controller.go)
+    (None, (), "Initializing", 1),
+    ("PVC-Created", (("NIM_CACHE_PVC_CREATED", "True", "PVCCreated"),), "Initializing", 1),
+    ("Started", (("NIM_CACHE_JOB_CREATED", "True", "JobCreated"),), "Initializing", 1),
+    ("Pending", (("NIM_CACHE_JOB_PENDING", "True", "JobPending"),), "Initializing", 1),
+    ("InProgress", (("NIM_CACHE_JOB_PENDING", "False", "JobRunning"),), "Running", 1),
+    # a failed attempt (Failed), then the Job's retry pod active again: InProgress, JobFailed kept
+    ("Failed", (("NIM_CACHE_JOB_COMPLETED", "False", "JobFailed"),), "Failed", 0),
+    ("InProgress", (("NIM_CACHE_JOB_COMPLETED", "False", "JobFailed"),), "Degraded", 1),
+    ("Ready", (("NIM_CACHE_JOB_COMPLETED", "True", "JobCompleted"),), "Completed", 0),
+    # the only writer of NotReady is a reconcile error
+    ("NotReady", (("NIM_CACHE_RECONCILE_FAILED", "True", "ReconcileFailed"),), "Failed", 1),
+])
+def test_nim_cache_states(catalog, state, conditions, status, pods):
+    obj = copy.deepcopy(example_objects("nimcache")["meta-llama3-8b-instruct"])
+    obj["status"] = {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]}
+    if state is not None:
+        obj["status"]["state"] = state
+    resolved = catalog.resolve(obj)
+    assert (resolved.status, resolved.pods) == (status, pods)
+
+
+def test_nim_cache_pod_is_told_from_the_nim_service_pod_of_the_same_name(catalog):
+    """NIMService pods carry app.kubernetes.io/name too (often the cache's name): only the caching
+    Job's pod (app=k8s-nim-operator, job-name <name>-job) is the cache's."""
+    from workloadmap.catalog.pods import match_pod
+
+    definition = catalog.get("nimcache")
+    service_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "meta-llama3-8b-instruct-6d9f", "labels": {
+        "app": "meta-llama3-8b-instruct", "app.kubernetes.io/name": "meta-llama3-8b-instruct"}}, "spec": {}}
+    assert match_pod(definition, service_pod) is None
+    job_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "meta-llama3-8b-instruct-job-x", "labels": {
+        "app": "k8s-nim-operator", "app.kubernetes.io/name": "meta-llama3-8b-instruct",
+        "job-name": "meta-llama3-8b-instruct-job"}}, "spec": {}}
+    assert match_pod(definition, job_pod).component == "caching-job"

@@ -22,6 +22,7 @@ KINDS = [
     ("llminferenceservice", "llmisvc"),
     ("dynamographdeployment-v1beta1", "dynamographdeployments.v1beta1.nvidia.com"),
     ("sandbox", "sandboxes"),
+    ("nimcache", "nimcache"),
 ]
 
 
