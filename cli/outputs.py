@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 
 import click
@@ -40,6 +41,17 @@ def _csv_cell(value):
     return value
 
 
+def _finite(value):
+    """`value` with every NaN or infinite number as null, what JSON can say of it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: list[str] | None = None) -> None:
     """Print items in a format; `table`/`wide`/`tree` build rich renderables from the items
     (`wide`: kubectl's ``-o wide``, the table with more columns).
@@ -47,7 +59,12 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
     `columns` fixes the CSV header (default: the keys of the items, in first-seen order).
     """
     if fmt == "json":
-        click.echo(json.dumps({"items": items, "count": len(items)}, indent=2, ensure_ascii=False))
+        document = {"items": items, "count": len(items)}
+        try:
+            text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # NaN or an infinity: JSON has neither (Python would print NaN, Infinity)
+            text = json.dumps(_finite(document), indent=2, ensure_ascii=False)
+        click.echo(text)
     elif fmt == "yaml":
         click.echo(yaml.safe_dump({"items": items, "count": len(items)}, sort_keys=False, allow_unicode=True), nl=False)
     elif fmt == "table":

@@ -39,6 +39,7 @@ when the file is read.
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -120,8 +121,10 @@ class Pricing:
 
 
 def _rate(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise PricingError(f"{where}: a price is a non-negative number, not {value!r}")
+    # .inf and .nan are YAML floats: an infinite price makes every cost infinite (and JSON has
+    # no Infinity), NaN compares false with everything and passed the sign check
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise PricingError(f"{where}: a price is a finite non-negative number, not {value!r}")
     return float(value)
 
 

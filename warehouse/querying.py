@@ -18,6 +18,7 @@ ad-hoc query can read the warehouse and nothing else.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field
@@ -179,11 +180,36 @@ def query_names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
 
 
+# The most steps a time series query may have: each step is a row per group (and a join over
+# the intervals that overlap it), so one option (`--since 1900-01-01 --step 15m`) could ask for
+# millions and take the machine's memory.  A year in 15-minute steps is 35,040.
+MAX_STEPS = 50_000
+
+
+def _check_steps(params: dict) -> None:
+    step, since, until = params.get("step"), params.get("since"), params.get("until")
+    if not isinstance(step, dt.timedelta) or since is None or until is None or step <= dt.timedelta(0):
+        return
+    steps = -(-(until - since) // step)
+    if steps > MAX_STEPS:
+        raise QueryError(f"from {since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} in steps of {_step_text(step)} is "
+                         f"{steps:,} steps, more than {MAX_STEPS:,}: take a larger step or a shorter window")
+
+
+def _step_text(step: dt.timedelta) -> str:
+    seconds = int(step.total_seconds())
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _bound(name: str, params: dict) -> tuple[str, dict]:
     query = load_query(name)
     unknown = sorted(params.keys() - query.parameters)
     if unknown:
         raise QueryError(f"query {name} has no parameter {', '.join('$' + u for u in unknown)}")
+    _check_steps(params)
     return query.sql, {p: params.get(p) for p in query.parameters}
 
 

@@ -170,6 +170,28 @@ def test_usage_errors(history):
     assert result.exit_code == 2 and "not a time" in result.output
 
 
+def test_a_series_of_too_many_steps_is_refused_at_once_with_the_count(history):
+    """`--since 1900-01-01 --step 15m` asked for ~4.4 million steps and took 6.2 GB (issue 27)."""
+    import resource
+    import time
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli(), ["capacity", "--duckdb", history, "--since", "1900-01-01",
+                                        "--until", "2026-11-02", "--step", "15m"])
+    assert time.perf_counter() - start < 5 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
+    # 1900-01-01 .. 2026-11-02: 46,326 days x 96 steps a day
+    assert result.exit_code == 1, result.output
+    assert result.output == ("error: from 1900-01-01 00:00 to 2026-11-02 00:00 in steps of 15m is 4,447,296 steps, "
+                             "more than 50,000: take a larger step or a shorter window\n")
+    # the allocation series and the cost reports go through the same named queries' guard
+    result = CliRunner().invoke(cli(), ["capacity", "--allocation", "--duckdb", history, "--since", "1900-01-01",
+                                        "--until", "2026-11-02", "--step", "15m"])
+    assert result.exit_code == 1 and "4,447,296 steps, more than 50,000" in result.output
+    # at the cap itself it runs: 50,000 steps of 1m from 2026-10-01
+    assert run("capacity", "--duckdb", history, "--since", "2026-10-01T00:00:00Z", "--until",
+               "2026-11-04T17:20:00Z", "--step", "1m", "-o", "json") is not None
+
+
 def test_demo_warehouse_is_plausible(tmp_path):
     """The demo history: current demand equals the latest states, series peaks bound averages."""
     from workloadmap.cli.pipeline_commands import demo

@@ -289,6 +289,10 @@ def test_pricing_lookup_order_and_unpriced(conn):
     ([1, 2], "expected a mapping"),
     ({"default": {"gpu": {"nvidia.com/mig-[12g.*": 1}}}, "unclosed '['"),
     ({"default": {"gpu": {"nvidia.com\\gpu": 1}}}, "no backslash"),
+    # YAML's .inf and .nan (issue 27: an infinite price printed Infinity in `cost -o json`)
+    ({"default": {"gpu": {"nvidia.com/gpu": float("inf")}}}, "default.gpu.nvidia.com/gpu: a price is a finite"),
+    ({"clusters": {"c1": {"cpu": float("nan")}}}, "clusters.c1.cpu: a price is a finite non-negative number, not nan"),
+    ({"default": {"memory": float("-inf")}}, "finite non-negative"),
 ])
 def test_pricing_errors(doc, message):
     with pytest.raises(PricingError, match=re.escape(message)):
@@ -341,6 +345,21 @@ def run_cost(warehouse_path, *args):
                                       "--until", "2026-11-04T00:00Z", "--basis", "requested", *args],
                                 catch_exceptions=False)
     return result
+
+
+def test_an_infinite_price_in_the_file_is_a_usage_error_naming_it(warehouse_path, tmp_path):
+    path = tmp_path / "inf.yaml"
+    path.write_text("currency: USD\ndefault:\n  gpu:\n    nvidia.com/gpu: .inf\n")
+    result = run_cost(warehouse_path, "--pricing", str(path), "-o", "json")
+    assert result.exit_code == 1 and "default.gpu.nvidia.com/gpu: a price is a finite non-negative number, not inf" \
+        in result.output and "Infinity" not in result.output
+
+
+def test_json_output_never_prints_nan_or_infinity():
+    from workloadmap.cli.outputs import emit
+    cli = click.Command("x", callback=lambda: emit("json", [{"a": float("inf"), "b": [float("nan"), 1.5]}]))
+    result = CliRunner().invoke(cli, [])
+    assert json.loads(result.output) == {"items": [{"a": None, "b": [None, 1.5]}], "count": 1}
 
 
 def test_cli_json_shape(warehouse_path, pricing_file):
