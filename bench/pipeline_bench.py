@@ -47,7 +47,7 @@ from tests.services.kafka_broker import KafkaBroker  # noqa: E402
 from workloadmap.running import collect_garbage_rarely  # noqa: E402
 from workloadmap.ingest.publishing import KafkaPublisher  # noqa: E402
 from workloadmap.ingest.simulating import simulate_messages  # noqa: E402
-from workloadmap.warehouse.writing import KafkaWarehouseWriter  # noqa: E402
+from workloadmap.warehouse.consuming import KafkaWarehouseWriter  # noqa: E402
 
 
 def _messages(n: int, seed: int):

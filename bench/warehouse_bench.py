@@ -39,7 +39,8 @@ import time
 from workloadmap.catalog import Catalog
 from workloadmap.catalog.registry import bundled_examples
 from workloadmap.running import collect_garbage_rarely
-from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse, check_messages
+from workloadmap.warehouse.consuming import WRITER_THREADS, check_messages
+from workloadmap.warehouse.writing import Warehouse
 
 
 # What the Kafka writer reads of a consumer record.

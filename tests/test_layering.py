@@ -58,6 +58,7 @@ VIOLATIONS = [
     ("layers", "exporter/tracking.py", "from workloadmap.warehouse import values"),    # exporter -> stage
     ("prometheus", "warehouse/writing.py", "import prometheus_client"),
     ("prometheus", "workloadmap/running.py", "from prometheus_client import Counter"),
+    ("warehouse-kafka", "warehouse/writing.py", "from kafka import KafkaConsumer"),
 ]
 
 

@@ -39,6 +39,7 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import EVENT_TYPES
 
+from .checking import MalformedRecord, timestamp_micros
 from .deletions import DeletedWorkloads
 from .schema import NODE_COLUMNS, POD_COLUMNS
 
@@ -51,16 +52,8 @@ _INT64_MAX = 2**63 - 1
 ENDED_BITS_PER_KEY = 32
 
 
-def _checking():
-    """The writer's validation helpers (MalformedRecord, instants): imported when first used, since
-    the writer imports this module."""
-    from . import writing
-    return writing
-
-
 def _fail(what: str, field: str, reason: str, missing: bool = False):
-    w = _checking()
-    raise w.MalformedRecord(records.MISSING_FIELDS if missing else records.WRONG_TYPES, f"{what}: {field} {reason}")
+    raise MalformedRecord(records.MISSING_FIELDS if missing else records.WRONG_TYPES, f"{what}: {field} {reason}")
 
 
 def _string(d: dict, field: str, what: str, *, nullable: bool = True) -> str | None:
@@ -95,23 +88,22 @@ def _resources(d: dict, where: str, what: str) -> tuple[float, float, int, list]
 
 def _common(record, kind: str) -> tuple[str, str, int, bool]:
     """cluster, what (for errors), observedAt (us), deleted of a pod or node record."""
-    w = _checking()
     if type(record) is not dict:
-        raise w.MalformedRecord(records.WRONG_TYPES, f"a {kind} record is a JSON object, not {type(record).__name__}")
+        raise MalformedRecord(records.WRONG_TYPES, f"a {kind} record is a JSON object, not {type(record).__name__}")
     fields = ("cluster", "name", "uid", "observedAt", "eventType", "deleted") + (
         ("namespace", "state", "gpu", "cpu", "memory") if kind == "pod" else ("allocatable", "capacity"))
     missing = [f for f in fields if f not in record]
     what = f"{kind} {record.get('cluster')}/{record.get('namespace') + '/' if kind == 'pod' and isinstance(record.get('namespace'), str) else ''}{record.get('name')}"
     if missing:
-        raise w.MalformedRecord(records.MISSING_FIELDS, f"{what} lacks {', '.join(missing)}")
+        raise MalformedRecord(records.MISSING_FIELDS, f"{what} lacks {', '.join(missing)}")
     cluster = _string(record, "cluster", what, nullable=False)
     if record["eventType"] not in EVENT_TYPES:
         _fail(what, "eventType", f"{str(record['eventType'])[:20]!r} is not one of {', '.join(EVENT_TYPES)}")
     if type(record["deleted"]) is not bool:
         _fail(what, "deleted", "must be a boolean")
     try:
-        observed = w._time(record["observedAt"], "observedAt")
-    except w.MalformedRecord as exc:
+        observed = timestamp_micros(record["observedAt"], "observedAt")
+    except MalformedRecord as exc:
         _fail(what, "observedAt", exc.detail.partition(" ")[2])
     return cluster, what, observed, record["deleted"]
 
@@ -157,8 +149,8 @@ def check_pod(record) -> tuple:
     created = record.get("creationTimestamp")
     if created is not None:
         try:
-            created = _checking()._time(created, "creationTimestamp")
-        except _checking().MalformedRecord as exc:
+            created = timestamp_micros(created, "creationTimestamp")
+        except MalformedRecord as exc:
             _fail(what, "creationTimestamp", exc.detail.partition(" ")[2])
     gpus, cpu, memory, gres = _resources(record, "", what)
     return (cluster, uid, namespace, name, created, *owner,

@@ -26,8 +26,9 @@ from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS,
 from workloadmap.ingest.clusters import Cluster, ClusterConfigError, ClusterSpec, connect
 from workloadmap.ingest.publishing import KafkaPublisher
 from workloadmap.ingest.watching import Watching, WatchingFailed
+from workloadmap.warehouse.consuming import KafkaWarehouseWriter
 from workloadmap.warehouse.pricing import Pricing, load_pricing
-from workloadmap.warehouse.writing import KafkaWarehouseWriter, Warehouse, WriteResult
+from workloadmap.warehouse.writing import Warehouse, WriteResult
 
 from .embedding import EmbeddedPipeline
 from .settings import Settings

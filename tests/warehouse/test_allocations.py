@@ -10,7 +10,8 @@ import pytest
 from tests.allocation_records import GIB, node, pod
 from workloadmap.catalog import records
 from workloadmap.warehouse.allocating import check_node, check_pod
-from workloadmap.warehouse.writing import MalformedRecord, Warehouse
+from workloadmap.warehouse.checking import MalformedRecord
+from workloadmap.warehouse.writing import Warehouse
 
 
 def t(text: str) -> datetime:
@@ -175,7 +176,7 @@ def test_the_kafka_writers_batch_checks_pods_and_nodes_and_dead_letters_the_malf
     from types import SimpleNamespace
 
     from workloadmap.catalog.records import encode
-    from workloadmap.warehouse.writing import allocation_topics, check_messages
+    from workloadmap.warehouse.consuming import allocation_topics, check_messages
 
     def message(topic, offset, value):
         return SimpleNamespace(topic=topic, partition=0, offset=offset, key=b"c1/x", value=value)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import duckdb
 
-from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse, workload_key
+from workloadmap.warehouse.consuming import WRITER_THREADS
+from workloadmap.warehouse.writing import Warehouse, workload_key
 
 _BENCH = Path(__file__).resolve().parents[2] / "bench" / "warehouse_bench.py"
 RATIO = 1.3
