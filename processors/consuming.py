@@ -1,12 +1,11 @@
-"""Consuming the raw topic: faust's aiokafka consumer with two changes measured to matter,
-and the agent's batches over its stream.
+"""Consuming the raw topic: faust's aiokafka consumer with two changes that matter for latency
+and CPU (bench/RESULTS.md), and the agent's batches over its stream.
 
 1. Fetches are held at most FETCH_MAX_WAIT_MS by the broker.  aiokafka leaves
    out of a fetch request the partitions that still have records waiting to be
    processed, and faust hard-codes a 1,500 ms wait: after a burst, a request in
-   flight without some partition was held the full 1.5 s while new events for
-   that partition waited behind it.  Measured at 1,000 events/s: 1.47 s from
-   publish to committed record at the median, 0.43 s with 100 ms.
+   flight without some partition was held the full wait while new events for
+   that partition waited behind it.
 
 2. A fetched message is handed to the stream without a task per message when
    it can be.  faust's fetch loop delivers each message with
@@ -26,16 +25,15 @@ event loop every 100 messages.
    them a batch at a time (``ack_batch``), instead of iterating its stream
    one event at a time.  Per event, faust's stream iteration runs a pass of
    its async generator, the stream sensors going in and out, the
-   current-event bookkeeping and an ack with its sensors.  With batches (and
-   the outputs sent per batch) a worker alone on 40,000 pre-published events
-   went from 0.21 to 0.16 ms of CPU per event (one run each, 2026-12-04).
-   The batch reads the queue the stream's channel is fed by, keeps the
-   per-event checks that carry faust's semantics (see ``event_batches``), and
-   acks through each message's own ``ack`` as the stream does, so the
-   consumer's offsets, gaps, commits and its wait for unacked messages on a
-   rebalance or a stop are faust's.  faust's ``Stream.take()`` batches too,
-   but on top of the per-event iteration (one more coroutine per event) and
-   by waiting for a full batch or a timeout: latency when idle, no CPU saved.
+   current-event bookkeeping and an ack with its sensors; a batch pays them
+   once, and the outputs are sent per batch.  The batch reads the queue the
+   stream's channel is fed by, keeps the per-event checks that carry faust's
+   semantics (see ``event_batches``), and acks through each message's own
+   ``ack`` as the stream does, so the consumer's offsets, gaps, commits and
+   its wait for unacked messages on a rebalance or a stop are faust's.
+   faust's ``Stream.take()`` batches too, but on top of the per-event
+   iteration (one more coroutine per event) and by waiting for a full batch
+   or a timeout: latency when idle, no CPU saved.
 
 faust-streaming is pinned in pyproject.toml.
 """

@@ -169,10 +169,10 @@ SELECT {_INTERVAL_COLUMNS.replace("valid_to", "NULL::TIMESTAMPTZ AS valid_to")} 
 SELECT s.* FROM workload_states s SEMI JOIN workload_current c ON s.seq = c.seq""",
     )),
     # The record already holds its components: storing them a second time cost the writer a JSON
-    # extraction and ~0.9 KB per row (in the batch and again in the WAL at commit), about a third
-    # of its time.  They become a virtual column, computed from `record` when read.  DuckDB cannot
-    # add a generated column to a table, so the table is rebuilt (the one copy of the history this
-    # migration costs); the views over it bind by name and keep working.
+    # extraction and their bytes per row (in the batch and again in the WAL at commit).  They become a
+    # virtual column, computed from `record` when read.  DuckDB cannot add a generated column to a
+    # table, so the table is rebuilt (the one copy of the history this migration costs); the views
+    # over it bind by name and keep working.
     Migration(4, "workload_states.components computed from record (virtual column), not stored twice", (
         _states_table("workload_states_v4", record="JSON NOT NULL"),
         "INSERT INTO workload_states_v4 BY NAME SELECT * EXCLUDE (components) FROM workload_states",
@@ -191,8 +191,7 @@ SELECT s.* FROM workload_states s SEMI JOIN workload_current c ON s.seq = c.seq"
         "ALTER TABLE workload_states_v5 RENAME TO workload_states",
     )),
     # DuckDB computes a virtual column once per inserted row (it checks that it can be computed):
-    # json_extract parsed and wrote out every 1.7 KB record again, ~2.5 us of the writer's ~20 per
-    # state.  A view computes it only when read.  The states are kept in state_history (as the
+    # json_extract parsed and wrote out every record again.  A view computes it only when read.  The states are kept in state_history (as the
     # intervals are in interval_history) and workload_states is a view over it with the same
     # columns in the same order; dropping a virtual column and renaming touch no row.
     Migration(6, "workload_states a view over state_history: components computed when read, not at each insert", (
