@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloadmap.catalog import records  # noqa: E402
 from workloadmap.warehouse import costing  # noqa: E402
 from workloadmap.warehouse.capacities import allocation  # noqa: E402
+from workloadmap.warehouse.consuming import WRITER_THREADS  # noqa: E402
 from workloadmap.warehouse.querying import open_readonly  # noqa: E402
-from workloadmap.warehouse.writing import WRITER_THREADS, Warehouse  # noqa: E402
+from workloadmap.warehouse.writing import Warehouse  # noqa: E402
 
 START = datetime(2025, 12, 1, tzinfo=timezone.utc)
 END = START + timedelta(days=365)

@@ -34,8 +34,9 @@ from workloadmap.catalog import Catalog, records
 from workloadmap.exporter.tracking import DEADLETTERS, TRANSITIONS, WORKLOADS, Tracker
 from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
 from workloadmap.processors.processing import MemoryStates, Processor
+from workloadmap.warehouse.checking import check_records, check_transition
 from workloadmap.warehouse.querying import Result, run_query
-from workloadmap.warehouse.writing import Warehouse, check_records, check_transition
+from workloadmap.warehouse.writing import Warehouse
 
 log = logging.getLogger(__name__)
 
