@@ -11,7 +11,7 @@ hand them over.  Then, in one process and one thread (the consumer's):
   of CPU time and CPU microseconds per record, for each;
 - memory: resident memory (RSS) added by the workloads, divided by the workloads, and by the pods,
   divided by the pods (it includes what the allocator keeps);
-- scrape: ``exposition()`` (the text body: the health metrics and every family's lines); the
+- scrape: an HTTP GET of /metrics without compression (the text streamed part by part); the
   compression of every part once (``refresh``, what the consumer does when caught up); HTTP GETs
   of /metrics with gzip, as Prometheus scrapes, through ``MetricsServer`` (wall seconds, median
   of --rounds): with nothing changed, and after --churn status changes each (their parts are
@@ -132,22 +132,21 @@ def main() -> None:
     running = workloads
     del pods
 
-    times = []
-    for _ in range(args.rounds):
-        started = time.perf_counter()
-        body = tracker.exposition()
-        times.append(time.perf_counter() - started)
+    series = tracker.series()
     started = time.perf_counter()
     tracker.refresh()   # every part compressed once: what the consumer does when it has caught up
     cold = time.perf_counter() - started
-    with MetricsServer("127.0.0.1:0", tracker.exposition, exposition_gzip=tracker.exposition_gzip) as server:
-        def get() -> tuple[float, int]:
+    with MetricsServer("127.0.0.1:0", tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip) as server:
+        def get(encoding="gzip") -> tuple[float, int]:
             started = time.perf_counter()
             request = urllib.request.Request(f"http://127.0.0.1:{server.port}/metrics",
-                                             headers={"Accept-Encoding": "gzip"})
-            with urllib.request.urlopen(request, timeout=120) as response:
-                n = len(response.read())
+                                             headers={"Accept-Encoding": encoding})
+            n = 0
+            with urllib.request.urlopen(request, timeout=600) as response:
+                while chunk := response.read(1 << 20):
+                    n += len(chunk)
             return time.perf_counter() - started, n
+        text = get("identity")
         idle = [get() for _ in range(args.rounds)]
         # a scrape after --churn records (status changes of random workloads and pods moving), as
         # between two scrapes of a fleet in its steady state
@@ -159,8 +158,8 @@ def main() -> None:
             churn = back if round_ % 2 == 0 else forth
             tracker.apply_batch(churn)
             busy.append(get())
-    out["scrape"] = {"series": body.count(b"\n") - body.count(b"\n#"), "bytes": len(body),
-                     "gzip_bytes": idle[0][1], "exposition_text_s": round(statistics.median(times), 3),
+    out["scrape"] = {"series": series, "bytes": text[1], "http_get_text_s": round(text[0], 3),
+                     "gzip_bytes": idle[0][1],
                      "compress_all_parts_s": round(cold, 3),
                      "http_get_gzip_s": round(statistics.median(t for t, _ in idle), 3),
                      "http_get_gzip_after_churn_s": round(statistics.median(t for t, _ in busy), 3),

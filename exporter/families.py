@@ -147,8 +147,13 @@ def escape(value) -> str:
 def labels(*written: str, **values) -> str:
     """``name="value",...`` of labels already `written` then the given ones in order, values escaped; a None
     or empty value is left out (Prometheus reads an empty label as no label)."""
-    return ",".join([*(w for w in written if w),
-                     *(f'{name}="{escape(value)}"' for name, value in values.items() if value is not None and value != "")])
+    out = [w for w in written if w]
+    for name, value in values.items():
+        if value is not None and value != "":
+            if value.__class__ is not str or _NEEDS_ESCAPE.search(value) is not None:
+                value = escape(value)
+            out.append(f'{name}="{value}"')
+    return ",".join(out)
 
 
 def number(value) -> str:
@@ -156,10 +161,9 @@ def number(value) -> str:
     Prometheus' parser reads)."""
     if value.__class__ is int:
         return str(value)
-    value = float(value)
-    if value.is_integer() and abs(value) < 2**53:
+    if value.is_integer() and -2**53 < value < 2**53:
         return str(int(value))
-    return repr(value)
+    return repr(float(value))
 
 
 def resource_label(name: str) -> str:

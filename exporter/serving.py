@@ -43,10 +43,18 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, number
 
 
+def whole(body) -> bytes:
+    """A body given as bytes or as pieces, as bytes."""
+    return body if isinstance(body, bytes) else b"".join(body)
+
+
 class MetricsServer:
     """An HTTP server of `exposition()` at /metrics and of `healthy()`/`ready()` at /healthz and /readyz.
 
-        server = MetricsServer(":9108", tracker.exposition, exposition_gzip=tracker.exposition_gzip,
+    `exposition()` gives the body as bytes, or as an iterable of pieces sent as they come;
+    `exposition_gzip()`, when given, the body already gzip-compressed.
+
+        server = MetricsServer(":9108", tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip,
                                ready=consumer.ready.is_set).start()
         server.port   # the bound port (useful with port 0)
         server.close()
@@ -56,7 +64,7 @@ class MetricsServer:
                  healthy: Callable[[], bool] = lambda: True, exposition_gzip: Callable[[], bytes] | None = None):
         self.address = parse_address(address)
         self.exposition, self.ready, self.healthy = exposition, ready, healthy
-        self.exposition_gzip = exposition_gzip or (lambda: gzip.compress(exposition(), compresslevel=1))
+        self.exposition_gzip = exposition_gzip or (lambda: gzip.compress(whole(exposition()), compresslevel=1))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -80,7 +88,10 @@ class MetricsServer:
                         headers["Content-Encoding"] = "gzip"
                     else:
                         body = owner.exposition()
-                    self._reply(200, body, headers)
+                    if isinstance(body, bytes):
+                        self._reply(200, body, headers)
+                    else:
+                        self._stream(body, headers)
                 elif path in ("/healthz", "/readyz"):
                     ok = (owner.healthy if path == "/healthz" else owner.ready)()
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n" if path == "/readyz"
@@ -96,6 +107,18 @@ class MetricsServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _stream(self, pieces, headers: dict) -> None:
+                """A body of unknown length, sent as it is made (chunked transfer encoding)."""
+                self.send_response(200)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for piece in pieces:
+                    if piece:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
 
             def log_message(self, format, *args):  # noqa: A002 - the stdlib's signature
                 log.debug("%s " + format, self.address_string(), *args)

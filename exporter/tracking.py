@@ -578,14 +578,24 @@ class Tracker:
             return sum(block.count(b"\n") for family in self.families.values() for block in family.blocks())
 
     def exposition(self) -> bytes:
-        """The /metrics body: the health metrics, then each family's lines as the last events left them.
+        """The /metrics body: the health metrics, then each family's lines as the last events left them."""
+        return b"".join(self.exposition_parts())
 
-        The lock is held only to take the families' lines (references); the bytes are joined
-        after it, while records go on being applied.
-        """
-        with self.lock:
-            parts = [(family.header(), family.blocks()) for family in self.families.values() if family.size]
-        return self.health.exposition() + b"".join(header + b"".join(blocks) for header, blocks in parts)
+    def exposition_parts(self):
+        """The /metrics body in pieces (a family's header, then its lines part by part), for a server to
+        send as they come: the whole text of a big fleet is hundreds of megabytes.  The lock is held
+        only to take a part's lines (references); they are joined after it."""
+        yield self.health.exposition()
+        for family in list(self.families.values()):
+            if not family.size:
+                continue
+            yield family.header()
+            for i in range(len(family.parts)):
+                with self.lock:
+                    part = family.parts[i]
+                    blocks = list(part.values()) if part else None
+                if blocks:
+                    yield b"".join(blocks)
 
     def refresh(self) -> None:
         """Make again the gzip member of every part changed since its last one (see families.Family).

@@ -163,7 +163,7 @@ def start_exporter(settings: Settings, address: str, *, pod_series: bool = True,
     tracker = Tracker(pod_series=pod_series, health=Health(consumer=role))
     consumer = TopicsConsumer(tracker, settings.bootstrap_servers, exporter_topics(settings),
                               client_id=f"{settings.client_id}-{role}", security=settings.security())
-    server = MetricsServer(address, tracker.exposition, exposition_gzip=tracker.exposition_gzip,
+    server = MetricsServer(address, tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip,
                            ready=consumer.ready.is_set, healthy=consumer.healthy).start()
     started(server)
     thread = threading.Thread(target=consumer.run, name=f"{role}-consumer", daemon=True)
@@ -262,7 +262,7 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
     server = None
     if tracker is not None:
         tracker.health.count_watchers(watching.counts)
-        server = (MetricsServer(metrics, tracker.exposition, exposition_gzip=tracker.exposition_gzip,
+        server = (MetricsServer(metrics, tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip,
                                 ready=watching.synced) if embedded
                   else MetricsServer(metrics, tracker.health.exposition, ready=watching.synced)).start()
         target += f"; metrics at http://{metrics}/metrics"

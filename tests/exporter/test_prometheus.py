@@ -102,7 +102,7 @@ def stack(tmp_path):
     """(tracker, prometheus): the exporter and the fake DCGM served, a Prometheus scraping both with the rules."""
     prometheus_binary()
     tracker = Tracker()
-    with MetricsServer("127.0.0.1:0", tracker.exposition, exposition_gzip=tracker.exposition_gzip) as exporter, \
+    with MetricsServer("127.0.0.1:0", tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip) as exporter, \
             MetricsServer("127.0.0.1:0", dcgm_exposition) as dcgm:
         jobs = {"workloadmap": {"target": f"127.0.0.1:{exporter.port}"},
                 "dcgm": {"target": f"127.0.0.1:{dcgm.port}", "labels": {"cluster": "c1"}}}

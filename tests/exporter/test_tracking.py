@@ -294,7 +294,7 @@ def test_the_server_serves_metrics_in_the_text_format_gzipped_when_asked_and_rea
     t = Tracker()
     feed(t, (WORKLOADS, workload("u1")))
     ready = []
-    with MetricsServer("127.0.0.1:0", t.exposition, exposition_gzip=t.exposition_gzip,
+    with MetricsServer("127.0.0.1:0", t.exposition_parts, exposition_gzip=t.exposition_gzip,
                        ready=lambda: bool(ready)) as server:
         base = f"http://127.0.0.1:{server.port}"
         status, headers, body = get(base + "/metrics")
