@@ -260,13 +260,15 @@ class PodState:
 
 
 class Sums:
-    """Allocated and pending pods and GPUs of a workload or a component, and the pods (not deleted) in it."""
+    """Allocated and pending pods and GPUs of a workload or a component, and how many pods (not deleted)
+    are in it; a workload's also knows which (its deletion detaches them)."""
 
-    __slots__ = ("prefix", "pods", "allocated_pods", "allocated_gpus", "pending_pods", "pending_gpus")
+    __slots__ = ("prefix", "members", "pods", "allocated_pods", "allocated_gpus", "pending_pods", "pending_gpus")
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, *, keep_pods: bool):
         self.prefix = prefix
-        self.pods: set = set()
+        self.members = 0
+        self.pods: set | None = set() if keep_pods else None
         self.allocated_pods = self.pending_pods = 0
         self.allocated_gpus = self.pending_gpus = 0.0
 
@@ -493,14 +495,14 @@ class Tracker:
         prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=owner.name, kind=owner.kind)
         sums = self.sums.get(wkey)
         if sums is None:
-            sums = self.sums[wkey] = Sums(prefix)
+            sums = self.sums[wkey] = Sums(prefix, keep_pods=True)
         self._join(sums, key, pod, wkey, workload=True)
         if component is not None:
             ckey = wkey + component
             csums = self.component_sums.get(ckey)
             if csums is None:
                 csums = self.component_sums[ckey] = Sums(
-                    labels(prefix, component=r.component, component_instance=r.instance))
+                    labels(prefix, component=r.component, component_instance=r.instance), keep_pods=False)
             self._join(csums, key, pod, ckey, workload=False)
         if self.pod_series:
             self._pod_info.set(key, ("workloadmap_pod_workload_info{" + labels(
@@ -508,7 +510,9 @@ class Tracker:
                 component=r.component, component_instance=r.instance, replica=r.replica) + "} 1\n").encode())
 
     def _join(self, sums: Sums, key: tuple, pod: PodState, skey: tuple, *, workload: bool) -> None:
-        sums.pods.add(key)
+        sums.members += 1
+        if sums.pods is not None:
+            sums.pods.add(key)
         sums.add(pod.state, pod.gpu, 1)
         self._write_sums(skey, sums, workload=workload)
 
@@ -524,9 +528,11 @@ class Tracker:
             sums = table.get(skey)
             if sums is None:
                 continue
-            sums.pods.discard(key)
+            sums.members -= 1
+            if sums.pods is not None:
+                sums.pods.discard(key)
             sums.add(pod.state, pod.gpu, -1)
-            if not sums.pods:
+            if not sums.members:
                 del table[skey]
                 sums = None
             self._write_sums(skey, sums, workload=workload)

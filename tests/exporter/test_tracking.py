@@ -319,3 +319,53 @@ def test_listen_addresses(text, expected):
 def test_a_bad_listen_address_says_why(text):
     with pytest.raises(AddressError, match="listen address"):
         parse_address(text)
+
+
+# --------------------------------------------------------------------------- the sums against a recount
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+POD_EVENTS = st.lists(st.tuples(st.sampled_from(["p1", "p2", "p3", "p4", "p5"]),
+                                st.sampled_from(["Pending", "Bound", "Terminated", "deleted"]),
+                                st.sampled_from([None, "u1", "u2"]), st.sampled_from(["head", "worker"]),
+                                st.integers(0, 8)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(POD_EVENTS)
+def test_the_sums_are_always_the_recount_of_each_pods_last_record(events):
+    """Whatever order pod records come in, the allocated and pending sums by workload and component are the
+    recount of every pod's last record (deleted pods and pods without a workload count nowhere)."""
+    t = Tracker()
+    last = {}
+    for i, (uid, state, owner, comp, gpu) in enumerate(events):
+        at = f"2026-12-01T10:{i // 60:02d}:{i % 60:02d}Z"
+        record = pod(uid, at, "Terminated" if state == "deleted" else state, deleted=state == "deleted", gpu=gpu,
+                     node="n1" if state == "Bound" else None, component=comp,
+                     workload=None if owner is None else ("PyTorchJob", f"wl-{owner}", owner))
+        feed(t, (PODS, record))
+        last[uid] = (state, owner, comp, gpu)
+    expected: dict = {}
+    for state, owner, comp, gpu in last.values():
+        if owner is None or state == "deleted":
+            continue
+        for scope in ((owner,), (owner, comp)):
+            sums = expected.setdefault(scope, {"allocated_pods": 0, "allocated_gpus": 0, "pending_pods": 0,
+                                               "pending_gpus": 0})
+            if state in ("Bound", "Pending"):
+                what = "allocated" if state == "Bound" else "pending"
+                sums[f"{what}_pods"] += 1
+                sums[f"{what}_gpus"] += gpu
+    got: dict = {}
+    for (name, labels), v in samples(t).items():
+        labels = dict(labels)
+        for scope_name in ("workload", "component"):
+            prefix = f"workloadmap_{scope_name}_"
+            if name.startswith(prefix) and name[len(prefix):] in ("allocated_pods", "allocated_gpus", "pending_pods",
+                                                                  "pending_gpus"):
+                owner = labels["workload"].removeprefix("wl-")
+                scope = (owner,) if scope_name == "workload" else (owner, labels["component"])
+                got.setdefault(scope, {})[name[len(prefix):]] = v
+    assert got == expected
+    assert len(t.pods) == sum(1 for state, *_ in last.values() if state != "deleted")
