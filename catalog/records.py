@@ -4,7 +4,8 @@ Producers and consumers of the pipeline never import each other; they agree
 on these formats.  Each has a JSON Schema in ``catalog/schemas/`` (documented
 in README.md and checked by tests).
 
-- raw object event (topic ``workloadmap.raw.v1``), key ``cluster/uid``:
+- raw object event (topic ``workloadmap.raw.v1``), key ``raw_key``: cluster/namespace for a
+  namespaced object, cluster/name for a cluster-scoped one (a Node):
   ``{cluster, type: ADDED|MODIFIED|DELETED, observedAt, object}``, the object
   without ``metadata.managedFields``;
 - workload record (``workloadmap.workloads.v1``): the resolved workload (see
@@ -41,6 +42,9 @@ DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
 # Pods and nodes as the warehouse keeps them (issue 25): key cluster/podUid, cluster/nodeName.
 PODS_TOPIC = "workloadmap.pods.v1"
 NODES_TOPIC = "workloadmap.nodes.v1"
+# The processors' owner links and pending pods (processors/attributing.py), compacted, partitioned as
+# the raw topic: key cluster/uid.  Internal: the state a restarted worker rebuilds, read by nothing else.
+OWNERS_TOPIC = "workloadmap.owners.v1"
 # Definitions applied to clusters, as the processors accepted them: key cluster/name, value the
 # WorkloadMap object (a tombstone when deleted); compacted, read in full by every processor worker.
 DEFINITIONS_TOPIC = "workloadmap.definitions.v1"
@@ -64,8 +68,10 @@ WRONG_TYPES = "wrong-types"
 JQ_ERROR = "jq-error"
 RESOLVE_ERROR = "resolve-error"
 INVALID_DEFINITION = "invalid-definition"  # a WorkloadMap applied to a cluster that does not validate
+MALFORMED_POD = "malformed-pod"            # a pod whose node, phase or requests cannot be read
+MALFORMED_NODE = "malformed-node"          # a node whose amounts, cordon or labels cannot be read
 DEADLETTER_REASONS = (UNKNOWN_KIND, MALFORMED_JSON, MISSING_FIELDS, WRONG_TYPES, JQ_ERROR, RESOLVE_ERROR,
-                      INVALID_DEFINITION)
+                      INVALID_DEFINITION, MALFORMED_POD, MALFORMED_NODE)
 
 
 def now_iso() -> str:
@@ -79,6 +85,25 @@ def parse_time(text: str) -> datetime:
 def record_key(cluster: str, uid: str) -> bytes:
     """Per-object key: every event of one object lands in one partition, in order."""
     return f"{cluster}/{uid}".encode()
+
+
+def raw_key(cluster: str, obj) -> bytes:
+    """The raw topic's key of an object's events: cluster/namespace, or cluster/name for a cluster-scoped
+    object (cluster/"" when neither can be read: still published, and dead-lettered downstream).
+
+    Why not per object: ownerReferences never leave a namespace, so keyed by namespace a pod and its
+    whole owner chain (pod -> ReplicaSet -> Deployment) land in one partition, in order, and the
+    processors attribute pods with the partition's own state (processors/attributing.py); every
+    event of one object still lands in one partition.  A node keeps its name's partition whatever
+    its uid, so a node deleted and created again under its name stays in order."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return f"{cluster}/".encode()
+    namespace = meta.get("namespace")
+    if isinstance(namespace, str) and namespace:
+        return f"{cluster}/{namespace}".encode()
+    name = meta.get("name")
+    return f"{cluster}/{name if isinstance(name, str) else ''}".encode()
 
 
 def strip_object(obj: dict) -> dict:

@@ -4,8 +4,11 @@ Why it is computed and not a static manifest: what workloadmap reads depends on
 the catalog (built-ins, definition files, definitions applied to the cluster),
 and a role granting more than that is a role nobody can audit.  So the rules
 are exactly: get/list/watch on every catalog kind, on the kinds their
-definitions list in ``additionalChildKinds``, on pods, and on our own
-``workloadmaps.workloadmap.io`` definitions; nothing else, and no other verb.
+definitions name as child components or list in ``additionalChildKinds`` (the
+owner kinds pods' controller chains pass through:
+``catalog.attributing.owner_kinds``), on pods, on nodes (what the clusters
+have: allocatable GPUs, cordons) and on our own ``workloadmaps.workloadmap.io``
+definitions; nothing else, and no other verb.
 
 Sensitive kinds are NEVER granted, even when a definition lists them in
 ``additionalChildKinds``: Secrets and ConfigMaps (``DENIED_KINDS``, plus any
@@ -31,6 +34,7 @@ from workloadmap.catalog.definitions import GVK
 READ_VERBS = ("get", "list", "watch")
 DENIED_KINDS = frozenset({("", "Secret"), ("", "ConfigMap")})
 POD = GVK("", "v1", "Pod")
+NODE = GVK("", "v1", "Node")
 DEFINITION_KIND = GVK("workloadmap.io", "v1alpha1", "WorkloadMap")
 DEFAULT_ROLE_NAME = "workloadmap-reader"
 
@@ -47,11 +51,13 @@ def guess_plural(kind: str) -> str:
 
 
 def readable_kinds(catalog: Catalog) -> list[GVK]:
-    """Every kind workloadmap reads through this catalog: the catalog kinds, their
-    additionalChildKinds, pods and WorkloadMap definitions (sensitive kinds included; see `role_rules`)."""
-    kinds = {POD, DEFINITION_KIND}
+    """Every kind workloadmap reads through this catalog: the catalog kinds, their child components'
+    kinds and additionalChildKinds, pods, nodes and WorkloadMap definitions (sensitive kinds included;
+    see `role_rules`)."""
+    kinds = {POD, NODE, DEFINITION_KIND}
     for definition in catalog:
         kinds.add(definition.gvk)
+        kinds.update(c.kind for c in definition.components[1:] if c.kind is not None)
         kinds.update(definition.additional_child_kinds)
     return sorted(kinds, key=lambda k: (k.group, k.kind, k.version))
 
@@ -110,8 +116,9 @@ class Rbac:
 
     def to_yaml(self) -> str:
         """Both objects as a multi-document YAML, with a comment on what is never granted."""
-        lines = ["# workloadmap: read-only access (get, list, watch) to the catalog kinds, their",
-                 "# additionalChildKinds, pods and WorkloadMap definitions; nothing else.",
+        lines = ["# workloadmap: read-only access (get, list, watch) to the catalog kinds, their child",
+                 "# kinds (components, additionalChildKinds), pods, nodes and WorkloadMap definitions;",
+                 "# nothing else.",
                  "# Never granted, even when a definition lists them: Secrets and ConfigMaps"
                  " (sensitive kinds)."]
         if self.denied:

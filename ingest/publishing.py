@@ -1,10 +1,10 @@
 """Publishing raw object events: the one producer every ingest side uses.
 
 Why one publisher: the cluster watchers, the replay command and the embedded
-demo all put the same records (``catalog.records.raw_event``) under the same
-key (``record_key(cluster, uid)``: every event of one object lands in one
-partition, in order) with the same delivery guarantees, so they share this
-code rather than each configuring a producer.
+demo all put the same records (``catalog.records.raw_event``) under the same key
+(``records.raw_key``: a namespace's events land in one partition, in order) with
+the same delivery guarantees, so they share this code rather than each
+configuring a producer.
 
 - ``KafkaPublisher``: kafka-python ``KafkaProducer`` with idempotence and
   ``acks="all"``: a retried send is never written twice and an acknowledged
@@ -21,7 +21,7 @@ JSONL format (one message per line, UTF-8):
 
 - a good raw event is written as the event itself:
   ``{"cluster": ..., "type": ..., "observedAt": ..., "object": {...}}``;
-  its key is derived again on reading (``record_key(cluster, uid)``);
+  its key is derived again on reading (``event_key``);
 - a message whose bytes are not a raw event we can re-encode faithfully (bad
   messages, arbitrary keys) is written as an envelope
   ``{"key": <text or null>, "valueBase64": <base64 of the exact bytes>}``,
@@ -47,13 +47,12 @@ SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "sasl_plain_username"
 
 
 def event_key(event: dict) -> bytes:
-    """The message key of a raw event: cluster/uid; cluster/"" when the uid is missing,
-    so an event without one is still published (and dead-lettered downstream) rather than lost."""
+    """The message key of a raw event: ``records.raw_key`` (cluster/namespace, cluster/name for a
+    cluster-scoped object); cluster/"" when neither can be read, so such an event is still published
+    (and dead-lettered downstream) rather than lost."""
     cluster = event.get("cluster") if isinstance(event, dict) else None
     obj = event.get("object") if isinstance(event, dict) else None
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    uid = meta.get("uid") if isinstance(meta, dict) else None
-    return records.record_key(cluster if isinstance(cluster, str) else "", uid if isinstance(uid, str) else "")
+    return records.raw_key(cluster if isinstance(cluster, str) else "", obj)
 
 
 class _Publisher:

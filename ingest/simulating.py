@@ -584,7 +584,7 @@ def simulate(clusters: int = 3, workloads: int = 200, days: float = 7, seed=7,
             obj["status"] = status
         event = records.raw_event(w.cluster, step.etype, obj, observed)
         yield SimulatedEvent(
-            event=event, key=records.record_key(w.cluster, w.uid),
+            event=event, key=records.raw_key(w.cluster, event["object"]),
             expected_status=records.DELETED if step.etype == "DELETED" else state.wanted,
             expected_gpus=state.gpus, expected_pods=state.pods, step=step.label)
 

@@ -24,14 +24,21 @@ Why each piece is there:
   and published like any object (the processors build each cluster's
   catalog from them); the watcher also reads them itself, because a
   definition for a new kind means a new kind to watch.
-- Only top-level workloads are published: an object a controller owns (an
-  ownerReference with ``controller: true``: the Pods of a Job, the Jobs of a
-  JobSet or CronJob, the RayCluster of a RayJob, the Deployment of an
-  InferenceService) is a part of its owner's workload, which already counts
-  its pods; publishing it too would count its GPUs twice.  An object that
-  gains a controller owner is published as DELETED (it stopped being a
-  workload of its own).
-- Only catalog kinds and WorkloadMap definitions are ever listed: never
+- Every object of a watched kind is published, top-level or not: the processors
+  attribute pods through the ownerReferences chain (pod -> ReplicaSet ->
+  Deployment, pod -> Job -> JobSet), so they need the intermediate owners, and
+  they decide what is a workload (an object a controller owns is part of its
+  owner's workload, never one of its own).
+- Pods and Nodes of every cluster are watched, published as projections
+  (``catalog.attributing.project_pod`` / ``project_node``: never a pod's env,
+  volumes, command or args); a pod costs the watcher what any object does.
+- Owner kinds (``catalog.attributing.owner_kinds``: the kinds definitions name
+  as child components or additionalChildKinds) are watched once a published
+  object names one as its controller, so only kinds pods' chains really pass
+  through are read (not the Services, Roles or PVCs a definition also lists).
+  A kind watched before is watched again at once after a restart (its
+  checkpoint lists it), so its deletions while the watcher was down are seen.
+- Only catalog kinds, owner kinds, pods, nodes and WorkloadMap definitions are ever listed: never
   Secrets or ConfigMaps, even when a definition names them as child kinds.
   Nothing here logs credentials; log lines name the cluster id, the server
   URL and the resource.
@@ -47,6 +54,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from workloadmap.catalog import Catalog, DefinitionError, load_definition, records
+from workloadmap.catalog.attributing import controller_of, group_of, owner_kinds, pod_paths, project_node, project_pod
 
 from .checkpointing import Checkpoints, Tracked
 from .clusters import ApiError, Cluster
@@ -86,7 +94,8 @@ class KindWatcher:
 
     def __init__(self, cluster: Cluster, resource: ServedResource, publish: Publish, stop: threading.Event, *,
                  tracked: dict[str, Tracked] | None = None, page_size: int = 500, watch_timeout: int = 300,
-                 on_object: Callable[[str, dict], None] | None = None, backoff: Backoff | None = None):
+                 on_object: Callable[[str, dict], None] | None = None, backoff: Backoff | None = None,
+                 project: Callable[[dict], dict] | None = None, on_controller: Callable[[dict], None] | None = None):
         if (resource.group, resource.kind) in NEVER_WATCHED:
             raise ValueError(f"{resource.kind} objects are never watched")
         self.cluster = cluster
@@ -97,13 +106,15 @@ class KindWatcher:
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.on_object = on_object
+        self.project = project              # what of an object is published (pods, nodes)
+        self.on_controller = on_controller  # told each object's controller reference (owner kinds to watch)
         self.backoff = backoff or Backoff()
         self.lock = threading.Lock()
         self.known: dict[str, Tracked] = dict(tracked or {})
         self.resource_version: str | None = None    # None: (re)list before watching
         self.synced = threading.Event()             # set once the first list is published
         self.finished = False                       # the kind is no longer served
-        self.counts = {"ADDED": 0, "MODIFIED": 0, "DELETED": 0, "owned": 0, "relists": 0, "gone": 0, "errors": 0}
+        self.counts = {"ADDED": 0, "MODIFIED": 0, "DELETED": 0, "relists": 0, "gone": 0, "errors": 0}
         self._warned: set[int] = set()
         self._stream = None
 
@@ -179,9 +190,6 @@ class KindWatcher:
                 for obj in page.get("items") or []:
                     obj.setdefault("apiVersion", self.resource.api_version)
                     obj.setdefault("kind", self.resource.kind)
-                    if _controlled(obj):
-                        self.counts["owned"] += 1
-                        continue
                     uid = obj["metadata"]["uid"]
                     tracked = _tracked(obj)
                     seen[uid] = tracked
@@ -244,11 +252,6 @@ class KindWatcher:
             obj.setdefault("apiVersion", self.resource.api_version)
             obj.setdefault("kind", self.resource.kind)
             uid = obj["metadata"]["uid"]
-            if _controlled(obj):
-                self.counts["owned"] += 1
-                if uid not in self.known:
-                    continue
-                kind = "DELETED"    # it became part of another workload
             if self.on_object is not None:
                 self.on_object(kind, obj)
             tracked = _tracked(obj)
@@ -257,7 +260,11 @@ class KindWatcher:
 
     def _emit(self, kind: str, obj: dict, uid: str, tracked: Tracked | None, *, version: str | None = None) -> None:
         """Publish first, then remember: a crash in between repeats an event, never loses one."""
-        self.publish(records.raw_event(self.cluster.id, kind, obj))
+        if self.on_controller is not None:
+            ref = controller_of(obj)
+            if ref is not None:
+                self.on_controller(ref)
+        self.publish(records.raw_event(self.cluster.id, kind, obj if self.project is None else self.project(obj)))
         self.counts[kind] += 1
         with self.lock:
             if tracked is None:
@@ -266,11 +273,6 @@ class KindWatcher:
                 self.known[uid] = tracked
             if version is not None:
                 self.resource_version = version
-
-
-def _controlled(obj: dict) -> bool:
-    """Whether a controller owns the object (it is part of another workload)."""
-    return any(ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or ())
 
 
 def _tracked(obj: dict) -> Tracked:
@@ -298,7 +300,10 @@ class ClusterWatcher:
         self.watch_timeout = watch_timeout
         self.watchers: dict[str, KindWatcher] = {}
         self.definitions: dict[str, object] = {}    # WorkloadMap name -> Definition
-        self.changed = threading.Event()           # definitions changed: look at the kinds again
+        self.changed = threading.Event()           # definitions or wanted owner kinds changed: look at the kinds again
+        self.wanted: set[tuple[str, str]] = set()  # owner kinds a published object named as its controller
+        self._owner_kinds: frozenset = frozenset()
+        self._pod_paths: tuple = ()
         self._saved: dict[str, dict[str, Tracked]] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -350,8 +355,14 @@ class ClusterWatcher:
 
     def _start(self, resource: ServedResource, on_object=None) -> KindWatcher:
         key = resource_key(resource)
+        project = None
+        if (resource.group, resource.kind) == ("", "Pod"):
+            project = self._project_pod
+        elif (resource.group, resource.kind) == ("", "Node"):
+            project = project_node
         watcher = KindWatcher(self.cluster, resource, self.publish, self.stop, tracked=self._saved.pop(key, None),
-                              page_size=self.page_size, watch_timeout=self.watch_timeout, on_object=on_object)
+                              page_size=self.page_size, watch_timeout=self.watch_timeout, on_object=on_object,
+                              project=project, on_controller=self._controller_named)
         self.watchers[key] = watcher
         name = f"watch-{self.cluster.id}-{key}"
         thread = threading.Thread(target=guarded(watcher.run, name, self.failed), name=name, daemon=True)
@@ -388,10 +399,32 @@ class ClusterWatcher:
         if (before is None) != (after is None) or (before is not None and before.gvk != after.gvk):
             self.changed.set()
 
+    def _project_pod(self, pod: dict) -> dict:
+        return project_pod(pod, self._pod_paths)
+
+    def _controller_named(self, ref: dict) -> None:
+        """An object's controller reference: its kind is watched from now on when it is an owner kind."""
+        kind = (group_of(ref.get("apiVersion")), ref.get("kind"))
+        if kind in self._owner_kinds and kind not in self.wanted:
+            with self._lock:
+                self.wanted.add(kind)
+            self.changed.set()
+
     def _start_kinds(self, served: ServedResources) -> None:
         for key in [k for k, w in self.watchers.items() if w.finished]:
             del self.watchers[key]
-        for resource in catalog_resources(self.catalog(), served):
+        catalog = self.catalog()
+        self._owner_kinds = owner_kinds(catalog)
+        self._pod_paths = pod_paths(catalog)
+        resources = catalog_resources(catalog, served)
+        # pods and nodes always; owner kinds named by a controller reference, or watched before a restart
+        kinds = {("", "Pod"), ("", "Node")} | {k for k in self.wanted if k in self._owner_kinds}
+        kinds |= {tuple(key.partition("/")[::2]) for key in self._saved} & self._owner_kinds
+        for group, kind in sorted(kinds):
+            resource = served.for_definition(group, "v1", kind)
+            if resource is not None and resource.can("list", "watch"):
+                resources.append(resource)
+        for resource in resources:
             if (resource.group, resource.kind) in NEVER_WATCHED:
                 continue
             if resource_key(resource) not in self.watchers:

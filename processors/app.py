@@ -21,7 +21,9 @@ Delivery: faust's ``exactly_once`` guarantee wraps the outputs and the input
 offsets of each commit in one Kafka transaction; readers use
 ``read_committed``.  The per-object state is the latest record of each
 object, kept in memory and rebuilt, when a worker is assigned raw partition
-p, from partition p of the records topic (committed records only).  So after
+p, from partition p of the records topic (committed records only); the pod
+and node summaries likewise from the pods and nodes topics, the owner links
+and pending pods from the compacted owners topic (processors/attributing.py).  So after
 a crash the state is exactly what the committed records say, and the raw
 events after the committed offsets are processed again against it: nothing
 is lost and nothing repeated.  A batch changes none of this: its events are
@@ -50,6 +52,7 @@ import faust
 from workloadmap.catalog import records
 
 from .consuming import RawConsumer, ack_batch, current, event_batches
+from .attributing import node_summary, pod_summary
 from .processing import MemoryStates, Processor, summary_of
 from .sending import OutputBatches, OutputProducer, OutputTopics
 
@@ -65,6 +68,9 @@ class Settings:
     transitions_topic: str = records.TRANSITIONS_TOPIC
     deadletter_topic: str = records.DEADLETTER_TOPIC
     definitions_topic: str = records.DEFINITIONS_TOPIC
+    pods_topic: str = records.PODS_TOPIC
+    nodes_topic: str = records.NODES_TOPIC
+    owners_topic: str = records.OWNERS_TOPIC
     partitions: int = 3
     replication_factor: int = 1
     exactly_once: bool = True
@@ -105,27 +111,46 @@ class PartitionStates:
             self.by_partition.pop(p, None)
 
     def recover(self, partitions) -> None:
-        """Read the committed records of these partitions (blocking: run it in an executor)."""
+        """Read the committed outputs of these partitions (blocking: run it in an executor): the
+        records (workload states), pod and node records (their summaries) and the owners topic
+        (owner links and pending pods: processors/attributing.py)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        tps = [TopicPartition(self.settings.workloads_topic, p) for p in partitions]
-        consumer = KafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, enable_auto_commit=False,
-                                 isolation_level="read_committed", client_id=f"{self.settings.app_id}-recovery",
-                                 **_kafka_python_security(self.settings.security))
+        settings = self.settings
+        topics = (settings.workloads_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic)
+        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
+                                 isolation_level="read_committed", client_id=f"{settings.app_id}-recovery",
+                                 **_kafka_python_security(settings.security))
         try:
+            existing = consumer.topics()
+            tps = [TopicPartition(t, p) for t in topics if t in existing for p in partitions]
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
             ends = consumer.end_offsets(tps)  # the last stable offsets: committed records only
-            states = {tp.partition: MemoryStates() for tp in tps}
+            states = {p: MemoryStates() for p in partitions}
             remaining = {tp for tp in tps if consumer.position(tp) < ends[tp]}
             while remaining:
                 for tp, messages in consumer.poll(timeout_ms=1000).items():
+                    state = states[tp.partition]
                     for m in messages:
+                        key = m.key.decode()
+                        if tp.topic == settings.owners_topic:
+                            state.pods.recover_owner(key, None if m.value is None else records.decode(m.value))
+                            continue
                         record = records.decode(m.value)
-                        states[tp.partition][m.key.decode()] = summary_of(record)
+                        if tp.topic == settings.workloads_topic:
+                            state[key] = summary_of(record)
+                        elif tp.topic == settings.pods_topic:
+                            state.pods.pods[key] = pod_summary(record)
+                        else:
+                            state.pods.nodes[key] = node_summary(record)
                 remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
         finally:
             consumer.close()
+        for state in states.values():
+            for key in state.pods.waiting:
+                if key in state.pods.pods:
+                    state.pods.pods[key]["pending"] = True
         self.by_partition.update(states)
 
 
@@ -267,7 +292,7 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
         # Acks are manual and come last, so a committed offset never lacks its outputs.
         outputs = OutputBatches(app, settings.raw_topic, settings.exactly_once, OutputTopics(
             settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
-            settings.definitions_topic))
+            settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic))
         await outputs.start()
         async for events in event_batches(stream, MAX_BATCH):
             if not ready.is_set():

@@ -36,7 +36,10 @@ from workloadmap.catalog import Catalog, DefinitionError, ResolveError, Resolver
 from workloadmap.catalog import records
 from workloadmap.catalog.jqlang import JqError
 from workloadmap.catalog.records import DeadLetter, parse_time
+from workloadmap.catalog.attributing import controller_of
 from workloadmap.catalog.validating import load_definition
+
+from .attributing import Attributing, PodStates, Rejected, is_node, is_pod, rv_newer
 
 DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
 
@@ -49,6 +52,9 @@ class Outputs:
     transitions: list = field(default_factory=list)  # transition_of(record) for each record that has one
     dead_letters: list = field(default_factory=list)
     definitions: list = field(default_factory=list)  # (cluster/name, WorkloadMap bytes or None when deleted)
+    pods: list = field(default_factory=list)         # pod records (attributing.py)
+    nodes: list = field(default_factory=list)        # node records
+    owners: list = field(default_factory=list)       # owner links and pending pods (attributing.py), or tombstones
 
 
 def definition_key(cluster: str, name: str) -> bytes:
@@ -62,7 +68,12 @@ def summary_of(record: dict) -> dict:
 
 
 class MemoryStates(dict):
-    """Object states in a dict: the embedded pipeline's store (and the tests')."""
+    """Workload states by cluster/uid in a dict, and the pod, node and owner state (``pods``,
+    attributing.PodStates) beside them: the embedded pipeline's store (and the tests')."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pods = PodStates()
 
     def remember(self, key: str, record: dict, value: bytes) -> None:
         self[key] = summary_of(record)
@@ -83,13 +94,6 @@ def transition_of(record: dict) -> dict | None:
         "at": record["observedAt"], "gpus": 0 if record["deleted"] else record["total"]["gpu"],
         "previousDurationSeconds": duration, "statuses": list(record.get("statuses") or ()),
     }
-
-
-class Rejected(Exception):
-    def __init__(self, reason: str, detail: str):
-        self.reason = reason
-        self.detail = detail
-        super().__init__(detail)
 
 
 def _parse(value: bytes) -> dict:
@@ -129,17 +133,6 @@ def _parse(value: bytes) -> dict:
     return event
 
 
-def _rv_newer(new, old) -> bool:
-    """Whether resourceVersion `new` is newer than `old` (etcd revisions compare as integers)."""
-    if old is None:
-        return True
-    if new is None:
-        return False
-    if new.isdigit() and old.isdigit():
-        return int(new) > int(old)
-    return new != old
-
-
 class Processor:
     """Resolves events through per-cluster catalogs: built-ins overridden by the
     cluster's own WorkloadMap definitions (which arrive as raw events too)."""
@@ -150,6 +143,7 @@ class Processor:
         self._cluster_catalogs: dict[str, Catalog] = {}
         # cluster -> name -> (resourceVersion, Definition, or None once deleted)
         self._cluster_definitions: dict[str, dict] = {}
+        self.attributing = Attributing(self.catalog_for)
 
     # -- definitions from clusters ------------------------------------------
     def catalog_for(self, cluster: str) -> Catalog:
@@ -178,7 +172,7 @@ class Processor:
         current = entries.get(name)
         deleted = event["type"] == "DELETED"
         if (current is not None and rv is not None and current[0] is not None
-                and not (_rv_newer(rv, current[0]) or (deleted and rv == current[0]))):
+                and not (rv_newer(rv, current[0]) or (deleted and rv == current[0]))):
             return False    # older than what is applied (a deletion wins a tie)
         definition = None
         if not deleted:
@@ -238,11 +232,32 @@ class Processor:
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
                 self._definition_event(event, out)
                 return
-            self._workload_event(event, state, out)
+            if is_node(obj):
+                self.attributing.node_event(event, state.pods, out)
+                return
+            if is_pod(obj):
+                orphan = self.attributing.pod_event(event, state.pods, out)
+            else:
+                orphan = controller_of(obj) is None
+                self.attributing.owner_event(event, state.pods, out)
+                if orphan and not self.attributing.is_workload(event["cluster"], obj):
+                    return   # an intermediate owner kind without a definition (a ReplicaSet of its own)
+            if orphan:
+                self._workload_event(event, state, out)
+            else:
+                self._part_of_another(event, state, out)
         except Rejected as exc:
             letter = DeadLetter("processor", exc.reason, exc.detail[:2000], value, key=key, topic=topic,
                                 partition=partition, offset=offset)
             out.dead_letters.append((key, records.encode(letter.to_dict())))
+
+    def _part_of_another(self, event: dict, state, out: Outputs) -> None:
+        """An object a controller owns is part of its owner's workload: no record of its own, and a
+        workload of its own until now (a Job a JobSet adopted) ends there."""
+        meta = event["object"]["metadata"]
+        previous = state.get(f"{event['cluster']}/{meta['uid']}")
+        if previous is not None and not previous.get("deleted"):
+            self._workload_event({**event, "type": "DELETED"}, state, out)
 
     def _workload_event(self, event: dict, state, out: Outputs):
         cluster, obj = event["cluster"], event["object"]
@@ -253,7 +268,7 @@ class Processor:
         previous = state.get(state_key)
         rv = meta.get("resourceVersion")
         rv = None if rv is None else str(rv)
-        if previous is not None and (previous.get("deleted") or not _rv_newer(rv, previous.get("rv"))):
+        if previous is not None and (previous.get("deleted") or not rv_newer(rv, previous.get("rv"))):
             return  # a re-delivery, or older than what was already processed
         try:
             resolved = self.catalog_for(cluster).resolve(obj)

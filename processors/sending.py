@@ -48,6 +48,8 @@ from typing import NamedTuple
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from workloadmap.catalog import records as records_module
+
 log = logging.getLogger(__name__)
 
 
@@ -84,6 +86,9 @@ class OutputTopics(NamedTuple):
     transitions: str
     dead_letters: str
     definitions: str
+    pods: str = records_module.PODS_TOPIC
+    nodes: str = records_module.NODES_TOPIC
+    owners: str = records_module.OWNERS_TOPIC
 
 
 class OutputBatches:
@@ -131,7 +136,8 @@ class OutputBatches:
         for partition, out in by_partition.items():
             for topic, pairs in ((self.topics.records, out.records), (self.topics.transitions, out.transitions),
                                  (self.topics.dead_letters, out.dead_letters),
-                                 (self.topics.definitions, out.definitions)):
+                                 (self.topics.definitions, out.definitions), (self.topics.pods, out.pods),
+                                 (self.topics.nodes, out.nodes), (self.topics.owners, out.owners)):
                 for key, value in pairs:
                     self.add(partition, topic, key, value)
 

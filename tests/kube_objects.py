@@ -49,6 +49,8 @@ PLURALS = {
     ("DynamoGraphDeployment", "nvidia.com"): "dynamographdeployments",
     ("LLMInferenceService", "serving.kserve.io"): "llminferenceservices",
     ("Sandbox", "agents.x-k8s.io"): "sandboxes", ("NIMCache", "apps.nvidia.com"): "nimcaches",
+    ("ReplicaSet", "apps"): "replicasets", ("PodClique", "grove.io"): "podcliques",
+    ("PodCliqueScalingGroup", "grove.io"): "podcliquescalinggroups",
 }
 
 
@@ -145,3 +147,55 @@ WIDGET_CRD = {
                            "schema": {"openAPIV3Schema": {"type": "object",
                                                           "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
+
+
+# -- pods and nodes, as their controllers and a kubelet would write them (no scheduler or kubelet runs) --
+def pod(name: str, *, owner: dict | None = None, labels: dict | None = None, gpus: int = 0, cpu: str = "1",
+        memory: str = "1Gi", secret_env: str = "hunter2") -> dict:
+    """A Pod body (one container; an env value, a volume, a command and args a projection must drop)."""
+    requests = {"cpu": cpu, "memory": memory}
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/train:1",
+                                     "command": ["python"], "args": ["train.py"],
+                                     "env": [{"name": "TOKEN", "value": secret_env}],
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                     "resources": {"requests": requests, "limits": limits}}],
+                     "volumes": [{"name": "data", "emptyDir": {}}]}}
+    if owner is not None:
+        body["metadata"]["ownerReferences"] = [owner_reference(owner)]
+    return body
+
+
+def create_pod(kube, body: dict, ns: str) -> dict:
+    return kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def bind(kube, pod: dict, node: str, phase: str = "Running") -> dict:
+    """Bind a pod to a node through the binding subresource (as the scheduler does), then write its status
+    (as the kubelet does); returns the pod."""
+    meta = pod["metadata"]
+    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+    kube.request("POST", f"{path}/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"]},
+                                            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    return set_pod_phase(kube, kube.request("GET", path), phase)
+
+
+def set_pod_phase(kube, pod: dict, phase: str) -> dict:
+    meta = pod["metadata"]
+    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+    current = kube.request("GET", path)
+    current["status"] = {**(current.get("status") or {}), "phase": phase,
+                         "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False"}]}
+    return kube.request("PUT", f"{path}/status", current)
+
+
+def node(kube, name: str, *, gpus: int = 8, labels: dict | None = None, ready: bool = True) -> dict:
+    """A Node with its status written as a kubelet would (allocatable, capacity, Ready)."""
+    created = kube.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                   "metadata": {"name": name, "labels": dict(labels or {})}})
+    amounts = {"cpu": "96", "memory": "1Ti", "pods": "110", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    created["status"] = {"allocatable": amounts, "capacity": amounts,
+                         "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                         "reason": "KubeletReady", "message": "kubelet is posting ready status"}]}
+    return kube.request("PUT", f"/api/v1/nodes/{name}/status", created)

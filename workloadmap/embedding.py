@@ -5,9 +5,10 @@ writer) is for many clusters around the clock; replaying a recorded history,
 a notebook, a test, one small cluster (`run watchers --embedded`) or the
 `demo` need the same records in the same warehouse without a broker.  The
 stages are the same code as in the full stack: ``processors.processing``
-resolves each raw event (the per-object state lives in memory instead of
-the records topic) and ``warehouse.writing`` writes the records and
-transitions, ``batch`` records per DuckDB transaction.  What Kafka would
+resolves each raw event and attributes pods (the state lives in memory
+instead of the output topics) and ``warehouse.writing`` writes the workload,
+pod and node records and the transitions, ``batch`` records per DuckDB
+transaction.  What Kafka would
 carry to the dead-letter topic is kept in ``dead_letters``.
 
 It has the publisher interface of ``ingest.publishing`` (``publish``,
@@ -34,6 +35,7 @@ from workloadmap.catalog import Catalog, records
 from workloadmap.exporter.tracking import DEADLETTERS, TRANSITIONS, WORKLOADS, Tracker
 from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
 from workloadmap.processors.processing import MemoryStates, Processor
+from workloadmap.warehouse.allocating import check_node, check_pod
 from workloadmap.warehouse.checking import check_records, check_transition
 from workloadmap.warehouse.querying import Result, run_query
 from workloadmap.warehouse.writing import Warehouse
@@ -62,10 +64,12 @@ class EmbeddedPipeline:
         self._tracked: list[tuple] = []
         self.batch = batch
         self.processor, self.states = Processor(catalog), MemoryStates()
-        self.counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0}
+        self.counts = {"events": 0, "records": 0, "dead_letters": 0, "transitions": 0, "pods": 0, "nodes": 0}
         self.dead_letters: list[dict] = []
         self._records: list[bytes] = []
         self._transitions: list[dict] = []
+        self._pods: list[bytes] = []
+        self._nodes: list[bytes] = []
         self._owns_warehouse = False
 
     def __repr__(self):
@@ -99,7 +103,11 @@ class EmbeddedPipeline:
             self._tracked.extend((WORKLOADS, v, k) for k, v in out.records)
             self._tracked.extend((TRANSITIONS, v, k) for k, v in out.transitions)
             self._tracked.extend((DEADLETTERS, v, k) for k, v in out.dead_letters)
-        if len(self._records) >= self.batch:
+        self.counts["pods"] += len(out.pods)
+        self.counts["nodes"] += len(out.nodes)
+        self._pods.extend(v for _, v in out.pods)
+        self._nodes.extend(v for _, v in out.nodes)
+        if len(self._records) + len(self._pods) + len(self._nodes) >= self.batch:
             self.flush()
 
     def feed(self, messages: Iterable) -> int:
@@ -133,7 +141,7 @@ class EmbeddedPipeline:
         Each record and transition is checked first, as the Kafka writer checks them: one the
         warehouse cannot store becomes a dead letter (stage ``warehouse``) and the others land.
         One bad record must not lose its batch, nor, left pending, fail every later flush."""
-        if self._records or self._transitions:
+        if self._records or self._transitions or self._pods or self._nodes:
             self._write_pending()
         if self._tracked:
             self.tracker.apply_batch(self._tracked)
@@ -141,8 +149,11 @@ class EmbeddedPipeline:
 
     def _write_pending(self) -> None:
         pending, transitions = list(self._records), list(self._transitions)
+        pods, nodes = list(self._pods), list(self._nodes)
         self._records.clear()
         self._transitions.clear()
+        self._pods.clear()
+        self._nodes.clear()
         rows, texts, transition_rows = [], [], []
         for row, value in zip(check_records([json.loads(v) for v in pending]), pending):
             if isinstance(row, ValueError):
@@ -155,7 +166,15 @@ class EmbeddedPipeline:
                 transition_rows.append(check_transition(transition))
             except ValueError as exc:
                 self._refused(exc, records.encode(transition), records.TRANSITIONS_TOPIC)
-        self.warehouse.write_checked(rows, texts, transition_rows)
+        pod_rows, node_rows = [], []
+        for values, check, out, topic in ((pods, check_pod, pod_rows, records.PODS_TOPIC),
+                                          (nodes, check_node, node_rows, records.NODES_TOPIC)):
+            for value in values:
+                try:
+                    out.append(check(json.loads(value)))
+                except ValueError as exc:
+                    self._refused(exc, value, topic)
+        self.warehouse.write_checked(rows, texts, transition_rows, pod_rows=pod_rows, node_rows=node_rows)
         self.counts["transitions"] += len(transition_rows)
 
     def _refused(self, exc: ValueError, value: bytes, topic: str) -> None:

@@ -50,11 +50,10 @@ def ensure_topics(settings: Settings) -> None:
                     for t in (settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
                               settings.pods_topic, settings.nodes_topic)
                     if t not in existing]
-        if settings.definitions_topic not in existing:
-            # as many partitions as the raw topic: a worker publishes a definition in the
-            # transaction of the raw partition it came from (same partition number)
-            missing.append(NewTopic(settings.definitions_topic, settings.partitions, 1,
-                                    topic_configs={"cleanup.policy": "compact", **outputs}))
+        # as many partitions as the raw topic: a worker publishes a definition, an owner link or a
+        # pending pod in the transaction of the raw partition it came from (same partition number)
+        missing += [NewTopic(t, settings.partitions, 1, topic_configs={"cleanup.policy": "compact", **outputs})
+                    for t in (settings.definitions_topic, settings.owners_topic) if t not in existing]
         if missing:
             try:
                 admin.create_topics(missing)
@@ -119,7 +118,8 @@ def run_processors(settings: Settings) -> None:
         bootstrap_servers=settings.bootstrap_servers, app_id=f"{settings.client_id}-processors",
         raw_topic=settings.raw_topic, workloads_topic=settings.workloads_topic,
         transitions_topic=settings.transitions_topic, deadletter_topic=settings.deadletter_topic,
-        definitions_topic=settings.definitions_topic, partitions=settings.partitions, security=settings.security(),
+        definitions_topic=settings.definitions_topic, pods_topic=settings.pods_topic, nodes_topic=settings.nodes_topic,
+        owners_topic=settings.owners_topic, partitions=settings.partitions, security=settings.security(),
     ))
     quiet_kafka_logs()
     collect_garbage_rarely()

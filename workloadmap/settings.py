@@ -34,6 +34,7 @@ class Settings:
     definitions_topic: str = records.DEFINITIONS_TOPIC
     pods_topic: str = records.PODS_TOPIC
     nodes_topic: str = records.NODES_TOPIC
+    owners_topic: str = records.OWNERS_TOPIC    # the processors' owner links and pending pods (compacted)
     duckdb: str = "workloadmap.duckdb"
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"

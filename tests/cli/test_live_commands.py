@@ -72,6 +72,13 @@ def test_role_rules_are_read_only_and_never_grant_sensitive_kinds(tmp_path):
     granted = _all_plurals(rules.rules)
     assert {("", "pods"), ("jobset.x-k8s.io", "jobsets"), ("kubeflow.org", "pytorchjobs"), ("apps", "replicasets"),
             ("milvus.io", "milvuses"), ("workloadmap.io", "workloadmaps"), ("batch", "jobs")} <= granted
+    # issue 25: nodes (what the clusters have) and the owner kinds pods' chains pass through, child
+    # components' kinds included (Grove's PodCliques, a LeaderWorkerSet's StatefulSets, Knative Revisions)
+    assert {("", "nodes"), ("grove.io", "podcliques"), ("grove.io", "podcliquescalinggroups"),
+            ("apps", "statefulsets"), ("serving.knative.dev", "revisions"), ("ray.io", "rayclusters")} <= granted
+    # no other verb and no other core kind than those definitions name (Secrets, ConfigMaps denied)
+    core = {r for g, r in granted if g == ""}
+    assert core == {"pods", "nodes", "services", "serviceaccounts", "persistentvolumeclaims"}, core
     assert not {r for g, r in granted if g == "" and r in ("secrets", "configmaps")}
     # milvus and podcliqueset list Secrets / ConfigMaps in additionalChildKinds: reported, not granted
     assert rules.denied == ["configmaps", "secrets"]
@@ -596,12 +603,13 @@ def test_rbac_applies_and_grants_exactly_read_access(live, tmp_path):
         events = kube.watch(jobsets, "0", timeout=2, max_events=1, token=token)
         assert events and events[0]["type"] == "ADDED"
         assert kube.watch(pods, "0", timeout=2, max_events=1, token=token)[0]["type"] == "ADDED"
+        assert kube.request("GET", "/api/v1/nodes", token=token)["kind"] == "NodeList"   # issue 25: nodes are read
         for method, path, body in (("GET", f"/api/v1/namespaces/{NS_A}/secrets", None),
                                    ("GET", f"/api/v1/namespaces/{NS_A}/configmaps", None),
                                    ("POST", jobsets, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                                                       "metadata": {"name": "forbidden"}, "spec": {}}),
                                    ("DELETE", f"{pods}/llama3-8b-sft-master-0", None),
-                                   ("GET", "/api/v1/nodes", None)):
+                                   ("PATCH", "/api/v1/nodes/none", {"spec": {"unschedulable": True}})):
             with pytest.raises(KubeHTTPError) as err:
                 kube.request(method, path, body, token=token)
             assert err.value.code == 403, (method, path)

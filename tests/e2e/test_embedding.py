@@ -78,7 +78,7 @@ def test_dead_letters_and_a_warehouse_the_caller_keeps(tmp_path):
                    "object": {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x", "uid": "u1"}}}
         pipeline.feed([(b"a/u0", b"{not json"), unknown])
         pipeline.close()
-        assert pipeline.counts == {"events": 2, "records": 0, "dead_letters": 2, "transitions": 0}
+        assert pipeline.counts == {"events": 2, "records": 0, "dead_letters": 2, "transitions": 0, "pods": 0, "nodes": 0}
         assert [d["reason"] for d in pipeline.dead_letters] == ["malformed-json", "unknown-kind"]
         assert json.loads(json.dumps(pipeline.dead_letters)) == pipeline.dead_letters
         # closing the pipeline left the caller's warehouse open

@@ -20,9 +20,13 @@ def messages():
     return list(simulate_messages(workloads=30, days=1, seed=4, bad_fraction=0.1))
 
 
-def test_event_key_is_cluster_and_uid_and_survives_a_missing_uid():
+def test_event_key_is_cluster_and_namespace_or_name_and_survives_missing_metadata():
+    """records.raw_key: a namespace's objects share a key (a pod and its owners: one partition, in order);
+    a cluster-scoped object (a Node) is keyed by its name."""
     event = next(simulate(workloads=1, days=1)).event
-    assert event_key(event) == records.record_key(event["cluster"], event["object"]["metadata"]["uid"])
+    assert event_key(event) == f"{event['cluster']}/{event['object']['metadata']['namespace']}".encode()
+    node = {"cluster": "research", "object": {"kind": "Node", "metadata": {"name": "gpu-7", "uid": "u"}}}
+    assert event_key(node) == b"research/gpu-7"
     assert event_key({"cluster": "research", "object": {"metadata": {}}}) == b"research/"
     assert event_key({"cluster": "research", "object": "text"}) == b"research/"
     assert event_key({"object": None}) == b"/"

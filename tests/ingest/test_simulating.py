@@ -46,12 +46,12 @@ def test_every_intent_is_what_the_catalog_resolves(history):
         assert isinstance(e.expected_gpus, float)
 
 
-def test_events_are_raw_events_keyed_by_object(history):
+def test_events_are_raw_events_keyed_by_namespace(history):
     schema = records.schema("raw-event")
     for e in history:
         jsonschema.validate(e.event, schema)
         meta = e.event["object"]["metadata"]
-        assert e.key == records.record_key(e.event["cluster"], meta["uid"])
+        assert e.key == f"{e.event['cluster']}/{meta['namespace']}".encode()
 
 
 def test_coverage_of_clusters_kinds_types_and_statuses(history):

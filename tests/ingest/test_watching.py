@@ -107,20 +107,34 @@ def test_lifecycle_of_several_frameworks_is_published_in_order(kube_cluster, ns)
     assert deployment["metadata"]["uid"] in {e["object"]["metadata"]["uid"] for e in events}
 
 
-def test_owned_objects_are_parts_of_their_owner(kube_cluster, ns):
-    """A Job owned by a JobSet (or a Pod by a Job) is not a workload of its own: never published."""
+def test_owned_objects_are_published_and_owner_kinds_watched_once_named(kube_cluster, ns):
+    """Issue 25: an object a controller owns (a JobSet's Job) is published like any object (the processors
+    follow pods' chains through it and never count it as a workload); an owner kind (ReplicaSet) is
+    watched once a published object names it as its controller; kinds definitions list but no chain
+    passes through (Services) are not."""
     recorder = Recorder()
     with start(kube_cluster, recorder) as watching:
         owner = k.create(kube_cluster, k.example("JobSet", "bert-finetune"), ns)
-        body = k.create(kube_cluster, k.example("Job", "bert-distill"), ns, with_status=False, owner=owner)
-        assert body["metadata"]["ownerReferences"]
+        k.create(kube_cluster, k.example("Job", "bert-distill"), ns, with_status=False, owner=owner)
         loose = k.create(kube_cluster, k.example("Job", "dataset-tokenize"), ns)
         wait_for(lambda: ("ADDED", "Job", "dataset-tokenize") in recorder.of(ns), what="the loose Job")
-        # a Job that a controller adopts stops being a workload of its own
         k.update(kube_cluster, loose, lambda o: o["metadata"].update(ownerReferences=[k.owner_reference(owner)]))
-        wait_for(lambda: ("DELETED", "Job", "dataset-tokenize") in recorder.of(ns), what="the adopted Job's deletion")
-        assert watching.clusters[0].watchers["batch/Job"].counts["owned"] >= 2
-    assert ("ADDED", "Job", "bert-distill") not in recorder.of(ns)
+        wait_for(lambda: ("ADDED", "Job", "bert-distill") in recorder.of(ns), what="the owned Job")
+        adopted = wait_for(lambda: [e for e in recorder.full(ns) if e["object"]["metadata"]["name"] == "dataset-tokenize"
+                                    and e["object"]["metadata"].get("ownerReferences")], what="the adopted Job")
+        assert adopted[0]["type"] == "MODIFIED"
+        assert "apps/ReplicaSet" not in watching.clusters[0].watchers
+        deployment = k.create(kube_cluster, k.example("Deployment", "embedding-server"), ns)
+        rs = kube_cluster.request("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "embedding-server-1", "ownerReferences": [k.owner_reference(deployment)]},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "m", "image": "x"}]}}}})
+        k.create_pod(kube_cluster, k.pod("embedding-server-1-x", owner=rs), ns)
+        wait_for(lambda: ("ADDED", "ReplicaSet", "embedding-server-1") in recorder.of(ns), what="the ReplicaSet")
+        keys = set(watching.clusters[0].watchers)
+    assert {"/Pod", "/Node", "apps/ReplicaSet", "batch/Job"} <= keys
+    assert "/Service" not in keys and "rbac.authorization.k8s.io/Role" not in keys
     assert ("ADDED", "JobSet", "bert-finetune") in recorder.of(ns)
 
 

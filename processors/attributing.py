@@ -1,0 +1,314 @@
+"""Attributing pods to workloads: pod and node records, and the owner chain they need.
+
+A pod belongs to the workload at the top of its controller ownerReference chain (pod -> ReplicaSet
+-> Deployment, pod -> Job -> JobSet, pod -> StatefulSet -> LeaderWorkerSet), and to the component,
+instance and replica the workload's definition's pod selectors give it (``catalog.pods.match_pod``,
+the code `tree` uses).  A pod without a controller is its own workload (kind Pod).
+
+State, per raw partition (``PodStates``, part of processing.MemoryStates):
+
+- owner links: every object other than a pod or node (workloads and intermediate owners) by
+  cluster/uid: its apiVersion, kind, name and controller reference.  A chain is followed while its
+  references are of kinds the catalog knows (``catalog.attributing.owner_kinds`` and the
+  definitions' kinds: the watchers publish those); a reference of another kind (a DaemonSet, an
+  operator's own CRD) ends it there, as the top;
+- pending pods: a pod whose chain reaches an owner not seen yet waits for it (its raw event is
+  kept, keyed by that owner); when the owner comes its pods are attributed at once, in the owner
+  event's outputs, so no pod is lost for arriving first.  Meanwhile its records have workload null
+  (or, for a pod attributed before, the workload it had: a terminating pod whose ReplicaSet was
+  deleted first stays its Deployment's);
+- pod and node summaries: the kept fields of their latest record (a record is emitted only when one
+  of them changes), resourceVersion (repeats and older events produce nothing), state and since.
+
+Why that fits the partitioning: the raw topic is keyed by cluster/namespace for namespaced objects
+(``records.raw_key``), and ownerReferences never leave a namespace, so a pod and its whole chain
+are in one raw partition, in order: the state is the partition's own, and an owner arriving after
+its pods resolves them in the same partition's transaction.  In the faust app the state survives a
+restart through the topics the outputs go to (app.py): pod and node summaries are their records;
+owner links and pending pods are the compacted owners topic (``Outputs.owners``: a link, a pending
+pod, or a tombstone when an owner is deleted or a pending pod attributed).
+"""
+
+from __future__ import annotations
+
+from workloadmap.catalog import Catalog, ResolveError, records
+from workloadmap.catalog.attributing import (
+    NODE, POD, MalformedObject, controller_of, group_of, node_facts, owner_kinds, pod_facts, pod_state,
+    workload_kinds)
+from workloadmap.catalog.pods import match_pod
+
+MAX_CHAIN = 16   # owner links followed at most (a cycle of references must not hang a worker)
+
+# The fields of a pod record whose change is worth a record (the warehouse keeps them).
+_POD_KEPT = ("state", "nodeName", "gpu", "gpuResources", "cpu", "memory", "workload", "component", "instance",
+             "replica")
+_NODE_KEPT = ("uid", "allocatable", "capacity", "unschedulable", "ready", "labels")
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, detail: str):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(detail)
+
+
+class PodStates:
+    """Owner links, pending pods and pod and node summaries of one raw partition."""
+
+    def __init__(self):
+        self.owners: dict[str, tuple] = {}        # cluster/uid -> (apiVersion, kind, name, controller ref or None)
+        self.pending: dict[str, dict] = {}        # cluster/ownerUid -> {cluster/podUid: raw event}
+        self.waiting: dict[str, str] = {}         # cluster/podUid -> the cluster/ownerUid it waits for
+        self.pods: dict[str, dict] = {}           # cluster/podUid -> pod_summary
+        self.nodes: dict[str, dict] = {}          # cluster/nodeName -> node_summary
+
+    # -- recovery (app.py): what the output topics say ---------------------------------
+    def recover_owner(self, key: str, value: dict | None) -> None:
+        """One message of the owners topic (the latest per key wins: compaction keeps it so)."""
+        if value is None:
+            self.owners.pop(key, None)
+            self._unwait(key)
+        elif "pod" in value:
+            self._unwait(key)
+            self.waiting[key] = value["waitsFor"]
+            self.pending.setdefault(value["waitsFor"], {})[key] = value["pod"]
+        else:
+            link = value["owner"]
+            self.owners[key] = _link_tuple(link)
+
+    def _unwait(self, pod_key: str) -> None:
+        owner = self.waiting.pop(pod_key, None)
+        if owner is not None:
+            waiting = self.pending.get(owner)
+            if waiting is not None:
+                waiting.pop(pod_key, None)
+                if not waiting:
+                    del self.pending[owner]
+
+
+def _link_tuple(link: dict) -> tuple:
+    ref = link.get("controller")
+    return (link.get("apiVersion"), link.get("kind"), link.get("name"),
+            None if ref is None else (ref.get("apiVersion"), ref.get("kind"), ref.get("name"), ref.get("uid")))
+
+
+def pod_summary(record: dict) -> dict:
+    """The state a pod's latest record implies."""
+    return {"rv": record.get("resourceVersion"), "state": record["state"], "since": record["stateSince"],
+            "deleted": record["deleted"], "at": record["observedAt"],
+            "kept": tuple(_freeze(record.get(f)) for f in _POD_KEPT),
+            "attribution": {k: record.get(k) for k in ("workload", "framework", "definition", "component",
+                                                       "instance", "replica")}}
+
+
+def node_summary(record: dict) -> dict:
+    return {"rv": record.get("resourceVersion"), "deleted": record["deleted"],
+            "kept": tuple(_freeze(record.get(f)) for f in _NODE_KEPT)}
+
+
+def _freeze(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def rv_newer(new, old) -> bool:
+    """Whether resourceVersion `new` is newer than `old` (etcd revisions compare as integers)."""
+    if old is None:
+        return True
+    if new is None:
+        return False
+    if new.isdigit() and old.isdigit():
+        return int(new) > int(old)
+    return new != old
+
+
+class Attributing:
+    """The pod, node and owner part of a Processor (processing.py), for one catalog per cluster."""
+
+    def __init__(self, catalog_for):
+        self.catalog_for = catalog_for
+        self._kinds: dict[int, tuple] = {}    # id(catalog) -> (catalog, known kinds, workload kinds)
+
+    def kinds(self, catalog: Catalog) -> tuple[frozenset, frozenset]:
+        """(kinds a chain is followed through, kinds with a definition) of a cluster's catalog."""
+        entry = self._kinds.get(id(catalog))
+        if entry is None or entry[0] is not catalog:
+            workloads = workload_kinds(catalog)
+            entry = self._kinds[id(catalog)] = (catalog, (owner_kinds(catalog) | workloads) - {POD}, workloads)
+        return entry[1], entry[2]
+
+    def is_workload(self, cluster: str, obj: dict) -> bool:
+        """Whether an object is of a kind with a definition, or of no kind the catalog knows at all
+        (then resolving it says so: an unknown-kind dead letter); not an owner kind without one."""
+        known, workloads = self.kinds(self.catalog_for(cluster))
+        kind = (group_of(obj.get("apiVersion")), obj.get("kind"))
+        return kind in workloads or kind not in known
+
+    # -- owners --------------------------------------------------------------------------
+    def owner_event(self, event: dict, states: PodStates, out) -> None:
+        """Remember (or forget) an object's owner link; attribute the pods that waited for it."""
+        cluster, obj = event["cluster"], event["object"]
+        meta = obj["metadata"]
+        key = f"{cluster}/{meta['uid']}"
+        if event["type"] == "DELETED":
+            if states.owners.pop(key, None) is not None:
+                out.owners.append((key.encode(), None))
+            return
+        ref = controller_of(obj)
+        link = (obj.get("apiVersion"), obj.get("kind"), meta.get("name"),
+                None if ref is None else (ref.get("apiVersion"), ref.get("kind"), ref.get("name"), ref.get("uid")))
+        if states.owners.get(key) != link:
+            states.owners[key] = link
+            value = {"owner": {"apiVersion": link[0], "kind": link[1], "name": link[2], "controller": None if ref is None
+                               else {"apiVersion": link[3][0], "kind": link[3][1], "name": link[3][2],
+                                     "uid": link[3][3]}}}
+            out.owners.append((key.encode(), records.encode(value)))
+        waiting = states.pending.pop(key, None)
+        if waiting:
+            for pod_key, pod_event in list(waiting.items()):
+                states.waiting.pop(pod_key, None)
+                # attributed now (or waiting for the next owner up): the pod as it was, seen again when
+                # its owner was (never earlier than the pod's own last record)
+                at = max(event["observedAt"], pod_event["observedAt"], key=records.parse_time)
+                self.pod_event(pod_event, states, out, attributing_at=at)
+
+    # -- pods ------------------------------------------------------------------------------
+    def _chain(self, cluster: str, obj: dict, states: PodStates, known: frozenset):
+        """(top reference, None) or (None, cluster/uid of the first owner not seen yet)."""
+        ref = controller_of(obj)
+        if ref is None:
+            return None, None
+        for _ in range(MAX_CHAIN):
+            uid = ref.get("uid")
+            if (group_of(ref.get("apiVersion")), ref.get("kind")) not in known or not isinstance(uid, str):
+                return ref, None
+            link = states.owners.get(f"{cluster}/{uid}")
+            if link is None:
+                return None, f"{cluster}/{uid}"
+            if link[3] is None:
+                return {"apiVersion": link[0] or ref.get("apiVersion"), "kind": link[1] or ref.get("kind"),
+                        "name": link[2] or ref.get("name"), "uid": uid}, None
+            parent = link[3]
+            ref = {"apiVersion": parent[0], "kind": parent[1], "name": parent[2], "uid": parent[3]}
+        return ref, None
+
+    def _attribution(self, cluster: str, pod: dict, top: dict | None, workloads: frozenset, catalog: Catalog):
+        meta = pod["metadata"]
+        if top is None:    # no controller: the pod is its own workload
+            top = {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind"), "name": meta.get("name"),
+                   "uid": meta["uid"]}
+        workload = {k: top.get(k) for k in ("apiVersion", "kind", "name", "uid")}
+        out = {"workload": workload, "framework": None, "definition": None, "component": None, "instance": None,
+               "replica": None}
+        if (group_of(workload["apiVersion"]), workload["kind"]) in workloads:
+            definition = catalog.find(str(workload["apiVersion"] or ""), str(workload["kind"]))
+            out["framework"], out["definition"] = definition.framework, definition.name
+            try:
+                membership = match_pod(definition, pod)
+            except ResolveError:
+                membership = None   # a selector failing on this pod places it nowhere; it still counts
+            if membership is not None:
+                out.update(component=membership.component, instance=membership.instance, replica=membership.replica)
+        return out
+
+    def pod_event(self, event: dict, states: PodStates, out, *, attributing_at: str | None = None) -> bool:
+        """A pod's record when a kept field changed; whether the pod has no controller (it is a workload)."""
+        cluster, obj = event["cluster"], event["object"]
+        meta = obj["metadata"]
+        key = f"{cluster}/{meta['uid']}"
+        previous = states.pods.get(key)
+        rv = meta.get("resourceVersion")
+        rv = None if rv is None else str(rv)
+        if attributing_at is None and previous is not None and (previous["deleted"] or not rv_newer(rv, previous["rv"])):
+            return False   # a re-delivery, or older than what was already processed
+        what = f"pod {cluster}/{meta.get('namespace')}/{meta.get('name')}"
+        for field in ("namespace", "name"):
+            if not isinstance(meta.get(field), str) or not meta.get(field):
+                raise Rejected(records.MALFORMED_POD, f"{what}: metadata.{field} must be a non-empty string")
+        try:
+            facts = pod_facts(obj, self.catalog_for(cluster).resolver.gpus)
+        except MalformedObject as exc:
+            raise Rejected(records.MALFORMED_POD, f"{what}: {exc}") from None
+        deleted = event["type"] == "DELETED"
+        catalog = self.catalog_for(cluster)
+        known, workloads = self.kinds(catalog)
+        states._unwait(key)
+        if deleted and previous is not None and previous["attribution"]["workload"] is not None:
+            attribution = previous["attribution"]   # its owners may be gone already: it ends as what it was
+        else:
+            top, missing = self._chain(cluster, obj, states, known)
+            if missing is not None and not deleted:
+                states.waiting[key] = missing
+                states.pending.setdefault(missing, {})[key] = event
+                out.owners.append((key.encode(), records.encode({"pod": event, "waitsFor": missing})))
+                attribution = (previous["attribution"] if previous is not None
+                               and previous["attribution"]["workload"] is not None
+                               else {"workload": None, "framework": None, "definition": None, "component": None,
+                                     "instance": None, "replica": None})
+            elif missing is not None:   # deleted before its owner came
+                attribution = {"workload": None, "framework": None, "definition": None, "component": None,
+                               "instance": None, "replica": None}
+            else:
+                attribution = self._attribution(cluster, obj, top, workloads, catalog)
+        if previous is not None and previous.get("pending") and key not in states.waiting:
+            out.owners.append((key.encode(), None))   # no longer pending
+        state = pod_state(facts["phase"], facts["nodeName"], deleted)
+        at = attributing_at or event["observedAt"]
+        record = {
+            "cluster": cluster, "observedAt": at, "eventType": event["type"], "deleted": deleted,
+            "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"], "resourceVersion": rv,
+            "creationTimestamp": meta.get("creationTimestamp"), "nodeName": facts["nodeName"], "phase": facts["phase"],
+            "state": state, **attribution, "gpu": facts["gpu"], "cpu": facts["cpu"], "memory": facts["memory"],
+            "previousState": previous["state"] if previous else None,
+            "stateSince": previous["since"] if previous and previous["state"] == state else at,
+        }
+        if facts.get("gpuResources"):
+            record["gpuResources"] = facts["gpuResources"]
+        summary = pod_summary(record)
+        summary["pending"] = key in states.waiting
+        if previous is None or summary["kept"] != previous["kept"] or deleted:
+            out.pods.append((key.encode(), records.encode(record)))
+            states.pods[key] = summary
+        else:
+            previous.update(rv=rv, pending=summary["pending"])
+        return controller_of(obj) is None
+
+    # -- nodes -----------------------------------------------------------------------------
+    def node_event(self, event: dict, states: PodStates, out) -> None:
+        cluster, obj = event["cluster"], event["object"]
+        meta = obj["metadata"]
+        name = meta.get("name")
+        what = f"node {cluster}/{name}"
+        if not isinstance(name, str) or not name:
+            raise Rejected(records.MALFORMED_NODE, f"{what}: metadata.name must be a non-empty string")
+        key = f"{cluster}/{name}"
+        previous = states.nodes.get(key)
+        rv = meta.get("resourceVersion")
+        rv = None if rv is None else str(rv)
+        deleted = event["type"] == "DELETED"
+        if previous is not None and not rv_newer(rv, previous["rv"]):
+            return
+        if previous is not None and previous["deleted"] and previous["kept"][0] == meta["uid"]:
+            return   # the node was deleted: a late event of it must not bring it back
+        try:
+            facts = node_facts(obj, self.catalog_for(cluster).resolver.gpus)
+        except MalformedObject as exc:
+            raise Rejected(records.MALFORMED_NODE, f"{what}: {exc}") from None
+        record = {"cluster": cluster, "observedAt": event["observedAt"], "eventType": event["type"],
+                  "deleted": deleted, "name": name, "uid": meta["uid"], "resourceVersion": rv,
+                  "creationTimestamp": meta.get("creationTimestamp"), **facts}
+        summary = node_summary(record)
+        if previous is None or summary["kept"] != previous["kept"] or deleted != previous["deleted"]:
+            out.nodes.append((key.encode(), records.encode(record)))
+            states.nodes[key] = summary
+        else:
+            previous["rv"] = rv
+
+
+def is_pod(obj: dict) -> bool:
+    return (group_of(obj.get("apiVersion")), obj.get("kind")) == POD
+
+
+def is_node(obj: dict) -> bool:
+    return (group_of(obj.get("apiVersion")), obj.get("kind")) == NODE
