@@ -62,16 +62,28 @@ class Catalog:
         return catalog
 
     def add(self, definition: Definition) -> None:
-        """Add a definition; a later one of equal or higher origin replaces one for the same kind."""
+        """Add a definition; a later one of equal or higher origin (built-in < file < cluster)
+        replaces the one of the same name and the one for the same kind and version.
+
+        A name is a definition's identity, as an object's name is in Kubernetes: a file's or a
+        cluster's `job` replaces the built-in `job` even for another kind, and the built-in
+        Job is then no longer resolved.  So what `catalog list` shows is exactly what resolves."""
         key = (definition.gvk.group, definition.gvk.kind)
         existing = self._by_kind.setdefault(key, [])
-        for old in list(existing):
-            if old.gvk.version == definition.gvk.version:
-                if _ORIGIN_RANK[old.origin] > _ORIGIN_RANK[definition.origin]:
-                    return
-                existing.remove(old)
-                self._by_name.pop(old.name, None)
-        existing.append(definition)
+        replaced = [old for old in existing if old.gvk.version == definition.gvk.version]
+        named = self._by_name.get(definition.name)
+        if named is not None and named not in replaced:
+            replaced.append(named)
+        if any(_ORIGIN_RANK[old.origin] > _ORIGIN_RANK[definition.origin] for old in replaced):
+            return
+        for old in replaced:
+            kinds = self._by_kind[(old.gvk.group, old.gvk.kind)]
+            kinds.remove(old)
+            if not kinds:
+                del self._by_kind[(old.gvk.group, old.gvk.kind)]
+            if self._by_name.get(old.name) is old:
+                del self._by_name[old.name]
+        self._by_kind.setdefault(key, []).append(definition)
         self._by_name[definition.name] = definition
 
     def add_file(self, path: str, origin: str = "file") -> list[Definition]:

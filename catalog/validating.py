@@ -339,7 +339,8 @@ def load_definition(doc, origin: str, source: str) -> Definition:
 
 
 def read_documents(text: str, source: str) -> list:
-    """The documents of a YAML/JSON text: multi-document, and `kind: List` items flattened."""
+    """The documents of a YAML/JSON text: multi-document, and the items of a `kind: List` or of
+    the command line's ``{items: [...], count: N}`` (what `catalog show -o yaml|json` prints) flattened."""
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -353,7 +354,8 @@ def read_documents(text: str, source: str) -> list:
     for d in docs:
         if isinstance(d, list):
             out.extend(d)
-        elif isinstance(d, dict) and isinstance(d.get("items"), list) and str(d.get("kind", "")).endswith("List"):
+        elif isinstance(d, dict) and isinstance(d.get("items"), list) and (
+                str(d.get("kind", "")).endswith("List") or set(d) <= {"items", "count"}):
             out.extend(d["items"])
         else:
             out.append(d)

@@ -22,7 +22,7 @@ from workloadmap.warehouse.querying import (
 from workloadmap.warehouse.values import jsonable, number, parse_step
 
 from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
-from .outputs import emit, fail, output_option
+from .outputs import emit, fail, output_option, terminal_safe
 
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
 
@@ -414,7 +414,7 @@ def feed(from_beginning, follow, poll_interval, since, clusters, namespaces, kin
     printed = 0
     try:
         for t in source:
-            click.echo(render(t))
+            click.echo(terminal_safe(render(t)))
             printed += 1
             if max_messages is not None and printed >= max_messages:
                 break

@@ -28,13 +28,13 @@ from workloadmap.ingest.inspecting import AccessError, AmbiguousNameError, Inspe
 
 from . import rendering
 from .catalogs import build_catalog, catalog_options
-from .outputs import emit, error, fail, output_option
+from .outputs import emit, error, fail, output_option, terminal_safe
 
 EXIT_INVALID = 1
 
 
 def warning(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    click.echo(terminal_safe(f"warning: {message}"), err=True)
 
 
 def cluster_options(f):

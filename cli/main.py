@@ -22,7 +22,7 @@ from workloadmap.catalog.validating import Problem, read_documents, validate_fil
 
 from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
 from .catalogs import build_catalog, catalog_options
-from .outputs import emit, error, output_option
+from .outputs import emit, error, output_option, terminal_safe
 
 EXIT_INVALID = 1
 
@@ -172,7 +172,7 @@ def catalog_validate(files, output):
     items = [{"file": p.file, "definition": p.definition, "path": p.path, "reason": p.reason} for p in problems]
     if output == "table":
         for p in problems:  # one line per problem, like a compiler: FILE: definition 'x': FIELD: reason
-            click.echo(str(p))
+            click.echo(terminal_safe(str(p)))
     else:
         emit(output, items)
     if problems:

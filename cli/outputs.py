@@ -30,7 +30,26 @@ def output_option(*formats: str, default: str):
 
 
 def console() -> Console:
-    return Console(soft_wrap=False, highlight=False, width=None if sys.stdout.isatty() else 140)
+    # markup off: a name like "x[/]" or "[blink]" is text, never rich markup (nor a MarkupError)
+    return Console(soft_wrap=False, highlight=False, markup=False, width=None if sys.stdout.isatty() else 140)
+
+
+# Control characters of names, labels and messages (anyone who creates a workload chooses them):
+# shown, not obeyed, as kubectl shows them (ESC as ^[, CR as \r), the other C0 ones in caret
+# notation and the C1 ones as \xNN.  Tab and newline stay: tables lay them out.
+_TERMINAL = {c: f"^{chr(c + 64)}" for c in range(0x20) if chr(c) not in "\t\n"}
+_TERMINAL.update({0x0D: "\\r", 0x7F: "^?", **{c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}})
+
+
+def terminal_safe(value):
+    """`value` (items, or a message) with every control character in its text made visible."""
+    if isinstance(value, str):
+        return value.translate(_TERMINAL)
+    if isinstance(value, dict):
+        return {terminal_safe(k): terminal_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [terminal_safe(v) for v in value]
+    return value
 
 
 def _csv_cell(value):
@@ -68,9 +87,9 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
     elif fmt == "yaml":
         click.echo(yaml.safe_dump({"items": items, "count": len(items)}, sort_keys=False, allow_unicode=True), nl=False)
     elif fmt == "table":
-        console().print(table(items))
+        console().print(table(terminal_safe(items)))
     elif fmt == "wide":
-        console().print(wide(items))
+        console().print(wide(terminal_safe(items)))
     elif fmt == "csv":
         if columns is None:
             columns = list(dict.fromkeys(key for item in items for key in item))
@@ -82,7 +101,7 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
         click.echo(buffer.getvalue(), nl=False)
     elif fmt == "tree":
         out = console()
-        for renderable in tree(items):
+        for renderable in tree(terminal_safe(items)):
             out.print(renderable)
     else:  # pragma: no cover - click restricts the choices
         raise click.UsageError(f"unknown output format {fmt}")
@@ -92,7 +111,7 @@ EXIT_FAILED = 1
 
 
 def error(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {terminal_safe(str(message))}", err=True)
 
 
 def fail(exc: Exception | str) -> None:

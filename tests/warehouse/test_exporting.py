@@ -77,12 +77,41 @@ def test_existing_directory_is_refused_unless_overwrite(history, tmp_path):
     assert invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions").exit_code == 0
     again = invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions")
     assert again.exit_code == 1 and "already exist" in again.output
-    (out / "transitions" / "stale.parquet").write_bytes(b"old")
+    # an earlier export's shape (a partition this history no longer has): replaced
+    stale = out / "transitions" / "date=2020-01-01" / "cluster=gone" / "data_0.parquet"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
     again = invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions", "--overwrite",
                    "-o", "json")
     assert again.exit_code == 0 and json.loads(again.output)["items"][0]["rows"] == 11
-    assert not (out / "transitions" / "stale.parquet").exists()
+    assert not stale.exists() and not stale.parent.parent.exists()
     assert sorted(p.name for p in out.iterdir()) == ["transitions"]
+
+
+@pytest.mark.parametrize("foreign", ["notes.txt", "date=2026-11-01/README", "date=2026-11-01/cluster=a/keep.csv",
+                                     "other/data.parquet"])
+def test_overwrite_never_deletes_files_an_export_did_not_write(history, tmp_path, foreign):
+    """issue 27: --overwrite removed the whole table directory, whatever else it held."""
+    out = tmp_path / "p"
+    assert invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions").exit_code == 0
+    theirs = out / "transitions" / foreign
+    theirs.parent.mkdir(parents=True, exist_ok=True)
+    theirs.write_text("mine")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    again = invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions", "--overwrite")
+    assert again.exit_code == 1
+    assert again.output == (f"error: {out / 'transitions'} holds files an export did not write ({foreign}): "
+                            f"not replacing it\n")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and theirs.read_text() == "mine"
+
+
+def test_overwrite_refuses_a_file_where_the_table_directory_goes(history, tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "transitions").write_text("a file")
+    again = invoke("export", "--parquet", str(out), "--duckdb", history, "--table", "transitions", "--overwrite")
+    assert again.exit_code == 1 and "is not an export directory" in again.output
+    assert (out / "transitions").read_text() == "a file"
 
 
 def test_table_output(history, tmp_path):
