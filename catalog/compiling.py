@@ -89,6 +89,15 @@ def read_count(value, minimum: int = 0) -> int | None:
 
 _count = read_count   # generated code: its ValueError hands the object to the reference
 
+AUTOSCALED = -1   # a replicas count of -1: an autoscaler owns the count (Milvus's HPA mode)
+
+
+def read_replicas(value) -> int | None:
+    """A replicas count as read_count, except -1, the convention for "an autoscaler owns the
+    count": no count (null, so the pods fall back to the minimum, else one), never an error."""
+    count = read_count(value, AUTOSCALED)
+    return None if count == AUTOSCALED else count
+
 
 def _ids(outputs):
     ids = []
@@ -194,7 +203,7 @@ def _source(v):
 def _view(shape, instance, template, r, lo, hi, per, status, source, gpus):
     # counts are mostly null or plain ints in range: checked here without a call
     if r is not None and not (r.__class__ is int and 0 <= r <= MAX_COUNT):
-        r = _count(r)
+        r = read_replicas(r)
     if lo is not None and not (lo.__class__ is int and 0 <= lo <= MAX_COUNT):
         lo = _count(lo)
     if hi is not None and not (hi.__class__ is int and 0 <= hi <= MAX_COUNT):
@@ -520,4 +529,4 @@ def compile_definition(definition: Definition) -> CompiledDefinition | None:
 
 
 __all__ = ["Bail", "CompiledDefinition", "align", "compile_definition", "component_programs", "fragment_template",
-           "read_count"]
+           "read_count", "read_replicas"]

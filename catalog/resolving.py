@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import MAX_COUNT, align, compile_definition, component_programs, fragment_template, read_count
+from .compiling import (MAX_COUNT, align, compile_definition, component_programs, fragment_template, read_count,
+                        read_replicas)
 from .definitions import Component, Definition, Expr
 from .jqlang import JqError
 from .jqlang.reading import ANY, paths_read
@@ -87,6 +88,12 @@ class _Evaluation:
     def count(self, field: str, value, *, minimum: int = 0) -> int | None:
         try:
             return read_count(value, minimum)
+        except ValueError as exc:
+            self.fail(field, str(exc))
+
+    def replicas(self, field: str, value) -> int | None:
+        try:
+            return read_replicas(value)
         except ValueError as exc:
             self.fail(field, str(exc))
 
@@ -313,7 +320,7 @@ class Resolver:
                 ev.fail(comp.spec.requests_from.field, f"must be a string or null, got {type(source).__name__}")
         views = []
         for i, instance in enumerate(ids):
-            r = ev.count(scale.replicas.field if scale and scale.replicas else "", replicas[i])
+            r = ev.replicas(scale.replicas.field if scale and scale.replicas else "", replicas[i])
             lo = ev.count(scale.min_replicas.field if scale and scale.min_replicas else "", mins[i])
             hi = ev.count(scale.max_replicas.field if scale and scale.max_replicas else "", maxs[i])
             per = ev.count(scale.pods_per_replica.field if scale and scale.pods_per_replica else "", ppr[i])

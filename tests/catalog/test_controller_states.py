@@ -962,3 +962,89 @@ def test_nim_cache_pod_is_told_from_the_nim_service_pod_of_the_same_name(catalog
         "app": "k8s-nim-operator", "app.kubernetes.io/name": "meta-llama3-8b-instruct",
         "job-name": "meta-llama3-8b-instruct-job"}}, "spec": {}}
     assert match_pod(definition, job_pod).component == "caching-job"
+
+
+def _milvus_cluster(dependencies: dict) -> dict:
+    obj = copy.deepcopy(example_objects("milvus")["vectordb-prod"])
+    obj["spec"]["dependencies"] = dependencies
+    return obj
+
+
+def _dependency_pods(catalog, obj) -> dict:
+    names = ("etcd", "minio", "pulsar-zookeeper", "pulsar-bookkeeper", "pulsar-broker", "pulsar-proxy",
+             "pulsar-autorecovery")
+    return {c.name: c.pods for c in catalog.resolve(obj).components if c.name in names}
+
+
+@pytest.mark.parametrize("dependencies, pods", [
+    # an object written before the webhook merged the chart values: the milvus-helm defaults
+    # (cluster: etcd 3, MinIO distributed 4, msgStreamType pulsar with chart pulsar-v3)
+    ({}, {"etcd": 3, "minio": 4, "pulsar-zookeeper": 3, "pulsar-bookkeeper": 3, "pulsar-broker": 2,
+          "pulsar-proxy": 2, "pulsar-autorecovery": 1}),
+    # an object upgraded from an older operator keeps chart pulsar-v2 (broker 1, proxy 1)
+    ({"pulsar": {"inCluster": {"chartVersion": "pulsar-v2"}}},
+     {"etcd": 3, "minio": 4, "pulsar-zookeeper": 3, "pulsar-bookkeeper": 3, "pulsar-broker": 1,
+      "pulsar-proxy": 1, "pulsar-autorecovery": 1}),
+    # the values as the webhook stores them win; a part turned off in values.components runs nothing
+    ({"etcd": {"inCluster": {"values": {"replicaCount": 5}}},
+      "storage": {"inCluster": {"values": {"mode": "distributed", "zones": 2, "replicas": 4}}},
+      "pulsar": {"inCluster": {"values": {"broker": {"replicaCount": 4}, "components": {"autorecovery": False}}}}},
+     {"etcd": 5, "minio": 8, "pulsar-zookeeper": 3, "pulsar-bookkeeper": 3, "pulsar-broker": 4,
+      "pulsar-proxy": 2, "pulsar-autorecovery": 0}),
+    # external dependencies, a non-MinIO storage type, another message stream: nothing in the cluster
+    ({"etcd": {"external": True}, "storage": {"type": "S3", "external": True}, "msgStreamType": "kafka"},
+     {"etcd": 0, "minio": 0, "pulsar-zookeeper": 0, "pulsar-bookkeeper": 0, "pulsar-broker": 0,
+      "pulsar-proxy": 0, "pulsar-autorecovery": 0}),
+    ({"pulsar": {"external": True}}, {"etcd": 3, "minio": 4, "pulsar-zookeeper": 0, "pulsar-bookkeeper": 0,
+                                      "pulsar-broker": 0, "pulsar-proxy": 0, "pulsar-autorecovery": 0}),
+])
+def test_milvus_in_cluster_dependencies(catalog, dependencies, pods):
+    """zilliztech/milvus-operator milvus_webhook.go (defaults) and pkg/controllers/dependencies.go (the
+    Helm releases); counts from zilliztech/milvus-helm's chart values."""
+    assert _dependency_pods(catalog, _milvus_cluster(dependencies)) == pods
+
+
+def test_milvus_dependency_pods_match_their_component_not_milvus_s(catalog):
+    """A Pulsar proxy pod (app=pulsar, component=proxy) is the dependency's, a Milvus proxy pod
+    (app.kubernetes.io/component=proxy) Milvus's own."""
+    from workloadmap.catalog.pods import match_pod
+
+    definition = catalog.get("milvus")
+
+    def pod(labels):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels}, "spec": {}}
+
+    assert match_pod(definition, pod({"app": "pulsar", "release": "vectordb-prod-pulsar",
+                                      "component": "proxy"})).component == "pulsar-proxy"
+    assert match_pod(definition, pod({"app": "pulsar", "component": "bookie"})).component == "pulsar-bookkeeper"
+    assert match_pod(definition, pod({"app.kubernetes.io/name": "etcd",
+                                      "app.kubernetes.io/instance": "vectordb-prod-etcd"})).component == "etcd"
+    assert match_pod(definition, pod({"app": "minio", "release": "vectordb-prod-minio"})).component == "minio"
+    assert match_pod(definition, pod({"app.kubernetes.io/name": "milvus", "app.kubernetes.io/instance": "vectordb-prod",
+                                      "app.kubernetes.io/component": "proxy"})).component == "proxy"
+
+
+def test_replicas_minus_one_means_an_autoscaler_owns_the_count(catalog):
+    """Milvus's convention (components_types.go: replicas -1 = a user HPA controls the count), met
+    through any definition that reads the field as is (upstream's Milvus definition does): no count,
+    never an error; other negative counts stay errors."""
+    from workloadmap.catalog import ResolveError, Resolver, load_definition
+
+    doc = {"apiVersion": "run.ai/v1alpha1", "kind": "Karta", "metadata": {"name": "plain-milvus"}, "spec": {
+        "structureDefinition": {"rootComponent": {
+            "name": "milvus", "kind": {"group": "milvus.io", "version": "v1beta1", "kind": "Milvus"},
+            "statusDefinition": {"phaseDefinition": {"path": ".status.status"},
+                                 "statusMappings": {"running": [{"byPhase": "Healthy"}]}}},
+            "childComponents": [{
+                "name": "proxy", "ownerRef": "milvus", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "specDefinition": {"fragmentedPodSpecDefinition": {"resourcesPath": ".spec.components.proxy.resources"}},
+                "scaleDefinition": {"replicasPath": ".spec.components.proxy.replicas"}}]}}}
+    definition = load_definition(doc, "file", "test")
+    obj = copy.deepcopy(example_objects("milvus")["vectordb-prod"])
+    obj["spec"]["components"]["proxy"]["replicas"] = -1
+    for resolve in (Resolver().resolve, Resolver().reference):
+        (proxy,) = [c for c in resolve(obj, definition).components if c.name == "proxy"]
+        assert (proxy.replicas, proxy.pods) == (None, 1)
+    obj["spec"]["components"]["proxy"]["replicas"] = -2
+    with pytest.raises(ResolveError, match="replicasPath: count -2 out of range"):
+        Resolver().resolve(obj, definition)
