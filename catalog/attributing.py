@@ -214,8 +214,9 @@ def pod_facts(pod: dict, gpus: GpuMatcher = DEFAULT_GPUS) -> dict:
         raise MalformedObject("spec.containers", "must be a list")
     try:
         request = effective_request(spec, gpus, "spec") if spec.get("containers") is not None else Resources()
-    except RequestError as exc:
-        raise MalformedObject("spec", f"resources cannot be read: {exc}") from None
+    except RequestError as exc:   # "<field>: <reason>"
+        field, _, reason = str(exc).partition(": ")
+        raise MalformedObject(field, reason) from None
     return {"nodeName": node or None, "phase": phase, **request.to_dict()}
 
 

@@ -310,8 +310,13 @@ class Allocations:
             seen = None if c is None else (c[21], c[22])
             done, changed, held = False, False, False
             for r in pod_rows:
-                if done or (seen is not None and (r[_P_OBS] < seen[0] or (r[_P_VK] == seen[1] and not r[_P_DEL]))):
-                    continue  # after the pod ended, late, or the latest record again
+                if done or (seen is not None and (r[_P_OBS] < seen[0] or (
+                        r[_P_VK] == seen[1] and not r[_P_DEL]
+                        and not (open_ is not None and open_[_P_WL_UID] is None and r[_P_WL_UID] is not None)))):
+                    # after the pod ended, late, or the latest record again; except the same version
+                    # bringing the workload of a pod seen before its owner (the processors attribute it
+                    # when the owner comes: the pod itself did not change)
+                    continue
                 kept += 1
                 changed = True
                 seen = (r[_P_OBS], r[_P_VK])

@@ -81,6 +81,16 @@ def test_a_pod_seen_before_its_owner_takes_the_workload_into_its_open_interval(w
     assert pod_rows(wh) == [("p1", "Bound", "n1", "wl-1", "worker", 1.0, t("2026-11-01T10:00:00Z"), None)]
 
 
+def test_the_workload_of_a_pod_seen_before_its_owner_comes_with_the_same_pod_version(wh):
+    """The processors attribute a waiting pod when its owner comes, with the pod's own resourceVersion
+    (the pod did not change): that record is not "the latest record again"; a repeat of it is."""
+    wh.write(pods=[pod("p1", "2026-11-01T10:00:00Z", "Bound", node="n1", gpu=1, workload=None, component=None,
+                       rv="12")])
+    wh.write(pods=[pod("p1", "2026-11-01T10:00:05Z", "Bound", node="n1", gpu=1, rv="12")])
+    wh.write(pods=[pod("p1", "2026-11-01T10:00:06Z", "Bound", node="n1", gpu=1, rv="12", component="leader")])
+    assert pod_rows(wh) == [("p1", "Bound", "n1", "wl-1", "worker", 1.0, t("2026-11-01T10:00:00Z"), None)]
+
+
 def test_a_change_of_node_request_or_role_opens_a_new_interval(wh):
     wh.write(pods=[pod("p1", "2026-11-01T10:00:00Z", "Bound", node="n1", gpu=1),
                    pod("p1", "2026-11-01T11:00:00Z", "Bound", node="n1", gpu=1, component="leader"),
