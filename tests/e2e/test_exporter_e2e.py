@@ -1,4 +1,5 @@
-"""End to end on a real Kafka broker: records in, series out of the real `workloadmap run exporter` process.
+"""End to end: records in, series out of the real `workloadmap run exporter` process on a real Kafka broker,
+and of the real `run watchers --embedded --metrics` on a real API server.
 
 Records are published as the processors publish them (in transactions; an aborted one must never
 show), to topics of this test's own (the settings' topic names) and, for pods, to the pods topic
@@ -153,3 +154,42 @@ def test_records_in_series_out_deletions_gone_and_a_restart_rebuilds_the_same(ka
         finally:
             again.stop()
     producer.close()
+
+
+def test_embedded_watchers_serve_the_series_of_a_real_cluster_and_their_own_counters(kube_cluster, tmp_path):
+    """`run watchers --embedded --metrics`: a real API server's MPIJob as series, the watchers' counters beside
+    them, ready once every kind is listed; the deleted object's series gone after the pipeline's next flush."""
+    from tests import kube_objects as k
+    from workloadmap.catalog import Catalog
+
+    ns = k.namespace(kube_cluster, "exported")
+    obj = k.example("MPIJob", "tensorflow-benchmarks")
+    created = k.create(kube_cluster, obj, ns)
+    port = free_port()
+    log = tmp_path / "watchers.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "watchers", "--embedded", "--duckdb",
+                             str(tmp_path / "w.duckdb"), "--cluster", f"lab={kube_cluster.kubeconfig}",
+                             "--checkpoint-dir", str(tmp_path / "cp"), "--metrics", f"127.0.0.1:{port}"],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    mpijob = {"cluster": "lab", "namespace": ns, "workload": "tensorflow-benchmarks", "kind": "MPIJob"}
+    expected = Catalog.builtin().resolve(obj)
+    total = expected.to_dict()["total"]
+    try:
+        _wait(lambda: proc.poll() is not None or _http(f"http://127.0.0.1:{port}/readyz")[0] == 200, "/readyz",
+              timeout=120)
+        assert proc.poll() is None, log.read_text()
+        series = _wait(lambda: (lambda s: s if ("workloadmap_workload_info", frozenset(
+            {**mpijob, "framework": expected.framework, "definition": expected.definition}.items())) in s else None)(
+            _series(port, "lab")), "the MPIJob's series (the pipeline flushes before each checkpoint)", timeout=30)
+        assert series[("workloadmap_workload_status", frozenset({**mpijob, "status": expected.status}.items()))] == 1
+        assert series[("workloadmap_workload_requested_gpus", frozenset(mpijob.items()))] == total["gpu"]
+        assert series[("workloadmap_watcher_events_total", frozenset(
+            {"cluster": "lab", "kind": "MPIJob", "type": "ADDED"}.items()))] >= 1
+        assert series[("workloadmap_watcher_relists_total", frozenset(
+            {"cluster": "lab", "kind": "MPIJob"}.items()))] >= 1
+        k.delete(kube_cluster, created)
+        _wait(lambda: not any(dict(ls).get("workload") == "tensorflow-benchmarks" for _, ls in _series(port, "lab")),
+              "the deleted MPIJob's series gone", timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
