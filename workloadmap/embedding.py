@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterable
 
 from workloadmap.catalog import Catalog, records
-from workloadmap.exporter.tracking import DEADLETTERS, TRANSITIONS, WORKLOADS, Tracker
+from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS, WORKLOADS, Tracker
 from workloadmap.ingest.publishing import event_key, jsonl_message, read_jsonl
 from workloadmap.processors.processing import MemoryStates, Processor
 from workloadmap.warehouse.allocating import check_node, check_pod
@@ -52,9 +52,9 @@ class EmbeddedPipeline:
     produced, dead letters; ``dead_letters`` the dead letters themselves (as the
     dead-letter topic would carry them).  A warehouse passed in stays the
     caller's; one opened by ``EmbeddedPipeline.open`` is closed by ``close``.
-    With a `tracker` (``exporter.tracking.Tracker``), the records, transitions
-    and dead letters also go to it at every ``flush``, as the exporter would
-    read them from the topics (``run watchers --embedded --metrics``).
+    With a `tracker` (``exporter.tracking.Tracker``), the records, pods, nodes,
+    transitions and dead letters also go to it at every ``flush``, as the
+    exporter would read them from the topics (``run watchers --embedded --metrics``).
     """
 
     def __init__(self, warehouse: Warehouse, *, batch: int = 5000, catalog: Catalog | None = None,
@@ -100,9 +100,9 @@ class EmbeddedPipeline:
         self._records.extend(record for _, record in out.records)
         self._transitions.extend(json.loads(t) for _, t in out.transitions)
         if self.tracker is not None:
-            self._tracked.extend((WORKLOADS, v, k) for k, v in out.records)
-            self._tracked.extend((TRANSITIONS, v, k) for k, v in out.transitions)
-            self._tracked.extend((DEADLETTERS, v, k) for k, v in out.dead_letters)
+            for kind, pairs in ((WORKLOADS, out.records), (TRANSITIONS, out.transitions), (PODS, out.pods),
+                                (NODES, out.nodes)):
+                self._tracked.extend((kind, v, k) for k, v in pairs)
         self.counts["pods"] += len(out.pods)
         self.counts["nodes"] += len(out.nodes)
         self._pods.extend(v for _, v in out.pods)
@@ -187,6 +187,8 @@ class EmbeddedPipeline:
         # no dead-letter topic to read here: the log is where an operator sees what was refused
         log.warning("dead letter (%s, %s): %s", letter["stage"], letter["reason"], letter["detail"])
         self.dead_letters.append(letter)
+        if self.tracker is not None:
+            self._tracked.append((DEADLETTERS, records.encode(letter), None))
 
     def query(self, name: str, **params) -> Result:
         """A named query of ``warehouse/queries/`` over what was flushed (``Result.rows``, ``.dicts()``)."""

@@ -157,14 +157,22 @@ def test_records_in_series_out_deletions_gone_and_a_restart_rebuilds_the_same(ka
 
 
 def test_embedded_watchers_serve_the_series_of_a_real_cluster_and_their_own_counters(kube_cluster, tmp_path):
-    """`run watchers --embedded --metrics`: a real API server's MPIJob as series, the watchers' counters beside
-    them, ready once every kind is listed; the deleted object's series gone after the pipeline's next flush."""
+    """`run watchers --embedded --metrics`: a real API server's MPIJob, its bound worker pod and the node as
+    series, the watchers' counters beside them, ready once every kind is listed; the deleted MPIJob's series
+    gone after the pipeline's next flush, its pod's too although the pod is still there (no garbage
+    collector runs in the test server)."""
     from tests import kube_objects as k
     from workloadmap.catalog import Catalog
 
     ns = k.namespace(kube_cluster, "exported")
     obj = k.example("MPIJob", "tensorflow-benchmarks")
     created = k.create(kube_cluster, obj, ns)
+    node = f"{ns}-gpu"
+    k.node(kube_cluster, node, gpus=8)
+    worker = k.create_pod(kube_cluster, k.pod("tensorflow-benchmarks-worker-0", owner=created, gpus=2, labels={
+        "training.kubeflow.org/job-name": "tensorflow-benchmarks", "training.kubeflow.org/replica-type": "worker"}),
+        ns)
+    k.bind(kube_cluster, worker, node)
     port = free_port()
     log = tmp_path / "watchers.log"
     proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "watchers", "--embedded", "--duckdb",
@@ -187,6 +195,15 @@ def test_embedded_watchers_serve_the_series_of_a_real_cluster_and_their_own_coun
             {"cluster": "lab", "kind": "MPIJob", "type": "ADDED"}.items()))] >= 1
         assert series[("workloadmap_watcher_relists_total", frozenset(
             {"cluster": "lab", "kind": "MPIJob"}.items()))] >= 1
+        # the worker pod: attributed by the MPIJob definition's selectors (replica from its name), bound: 2 GPUs
+        series = _wait(lambda: (lambda s: s if s.get(("workloadmap_workload_allocated_gpus", frozenset(
+            mpijob.items()))) == 2 else None)(_series(port, "lab")), "the bound worker's 2 GPUs", timeout=30)
+        assert series[("workloadmap_pod_workload_info", frozenset({
+            "cluster": "lab", "namespace": ns, "pod": "tensorflow-benchmarks-worker-0", "workload": "tensorflow-benchmarks",
+            "kind": "MPIJob", "component": "worker", "replica": "0"}.items()))] == 1
+        assert series[("workloadmap_component_allocated_pods", frozenset({**mpijob, "component": "worker"}.items()))] == 1
+        assert series[("workloadmap_node_resource_allocatable", frozenset(
+            {"cluster": "lab", "node": node, "resource": "nvidia_com_gpu", "unit": "integer"}.items()))] == 8
         k.delete(kube_cluster, created)
         _wait(lambda: not any(dict(ls).get("workload") == "tensorflow-benchmarks" for _, ls in _series(port, "lab")),
               "the deleted MPIJob's series gone", timeout=30)
