@@ -50,6 +50,8 @@ class Pipeline:
                         WORKLOADMAP_RAW_TOPIC=f"raw-{run}", WORKLOADMAP_WORKLOADS_TOPIC=f"workloads-{run}",
                         WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{run}",
                         WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{run}",
+                        WORKLOADMAP_PODS_TOPIC=f"pods-{run}", WORKLOADMAP_NODES_TOPIC=f"nodes-{run}",
+                        WORKLOADMAP_OWNERS_TOPIC=f"owners-{run}", WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{run}",
                         WORKLOADMAP_CLIENT_ID=f"e2e-{run}", WORKLOADMAP_DUCKDB=str(tmp / "warehouse.duckdb"))
         self.snapshot = tmp / "snapshot.duckdb"
         self.workdir = tmp / "workdir"   # the services' working directory: they leave nothing in it
@@ -257,7 +259,8 @@ def _widget_events(n: int, rv: int):
     out = []
     for i in range(n):
         obj = {"apiVersion": "example.com/v1", "kind": "Widget",
-               "metadata": {"name": f"w{i}", "namespace": "lab", "uid": f"widget-{i}", "resourceVersion": str(rv)},
+               "metadata": {"name": f"w{i}", "namespace": f"lab-{i}", "uid": f"widget-{i}",
+                            "resourceVersion": str(rv)},
                "spec": {"replicas": 1 + i % 3, "template": {"spec": {"containers": [
                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
                "status": {"phase": "Running"}}
@@ -287,7 +290,7 @@ def test_cluster_definitions_reach_every_worker_and_survive_restarts(kafka_broke
         publisher.publish(event)
         publisher.flush()
     time.sleep(15)  # committed, then read by both workers (they follow the topic every 5 s)
-    first = _widget_events(12, rv=10)   # 12 keys: every raw partition gets some
+    first = _widget_events(12, rv=10)   # 12 namespaces (the raw key): every raw partition gets some
     with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
         for key, value in first:
             publisher.publish_raw(key, value)
@@ -309,3 +312,120 @@ def test_cluster_definitions_reach_every_worker_and_survive_restarts(kafka_broke
     rows = p.warehouse_rows("SELECT definition, origin, count(*), sum(gpus) FROM workload_states "
                             "WHERE kind = 'Widget' GROUP BY ALL")
     assert rows == [("widgets", "cluster", 24, 2 * 2 * sum(1 + i % 3 for i in range(12)))]
+
+
+def _pod_events(namespaces: int, pods: int, *, owners: bool):
+    """Raw events of a Deployment, its ReplicaSet and `pods` bound pods in each of `namespaces` namespaces
+    (the raw key: several partitions), and one node: the pods alone (`owners` False) or the owners alone."""
+    out = []
+    at = "2026-12-01T00:00:00Z"
+    if not owners:
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "uid": "node-1", "resourceVersion": "1"},
+                "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"},
+                           "capacity": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+        out.append(records.raw_event("lab", "ADDED", node, at))
+    for n in range(namespaces):
+        ns = f"team-{n}"
+        deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": "serve", "namespace": ns, "uid": f"d-{n}", "resourceVersion": "10"},
+                      "spec": {"replicas": pods, "template": {"spec": {"containers": [
+                          {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+        rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+              "metadata": {"name": "serve-1", "namespace": ns, "uid": f"rs-{n}", "resourceVersion": "11",
+                           "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve",
+                                                "uid": f"d-{n}", "controller": True}]}}
+        if owners:
+            out += [records.raw_event("lab", "ADDED", o, "2026-12-01T00:05:00Z") for o in (rs, deployment)]
+            continue
+        for i in range(pods):
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"serve-1-{i}", "namespace": ns, "uid": f"p-{n}-{i}", "resourceVersion": "12",
+                                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "serve-1",
+                                                     "uid": f"rs-{n}", "controller": True}]},
+                   "spec": {"nodeName": "gpu-1", "containers": [
+                       {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                   "status": {"phase": "Running"}}
+            out.append(records.raw_event("lab", "ADDED", pod, at))
+    return [(event_key(e), records.encode(e), None) for e in out]
+
+
+def test_pending_pods_survive_a_killed_worker_and_are_attributed_when_their_owners_come(kafka_broker, pipeline_on):
+    """Pods published before their owners wait (workload null) in the worker's state; the worker is
+    SIGKILLed; a new one rebuilds the state from the owners topic and attributes every pod when the
+    ReplicaSets and Deployments come: one interval per pod, on its Deployment; each pod has exactly two
+    records (waiting, attributed) and the node one; nothing is dead-lettered."""
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    p.start("processors")
+    p.start("warehouse")
+    pods = _pod_events(6, 4, owners=False)
+    p.publish(pods)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        rows = p.warehouse_rows("SELECT count(*) FROM pod_intervals WHERE workload_uid IS NULL AND state = 'Bound'")
+        if rows and rows[0][0] == 24:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"pods not in the warehouse\n{p.log('processors')}\n{p.log('warehouse')}")
+    p.kill("processors")   # SIGKILL: its state lives on only in the topics
+    p.start("processors")
+    p.publish(_pod_events(6, 4, owners=True))
+    p.wait_for_records(6)   # the Deployments' records
+    deadline = time.time() + 120
+    rows = None
+    while time.time() < deadline:
+        rows = p.warehouse_rows("SELECT workload_kind, count(DISTINCT uid), count(*) FROM pod_intervals "
+                                "GROUP BY ALL ORDER BY ALL")
+        if rows == [("Deployment", 24, 24)]:
+            break
+        time.sleep(0.5)
+    assert rows == [("Deployment", 24, 24)], f"{rows}\n{p.log('processors')}"
+    owners = p.warehouse_rows("SELECT DISTINCT uid, workload_uid FROM pod_intervals")
+    assert {uid: wl for uid, wl in owners} == {f"p-{n}-{i}": f"d-{n}" for n in range(6) for i in range(4)}
+    consumer = KafkaConsumer(p.topic("pods"), p.topic("nodes"), bootstrap_servers=p.bootstrap,
+                             auto_offset_reset="earliest", isolation_level="read_committed", consumer_timeout_ms=3000)
+    try:
+        per_key = Counter((m.topic, m.key) for m in consumer)
+    finally:
+        consumer.close()
+    assert sorted(Counter(per_key.values()).items()) == [(1, 1), (2, 24)]   # the node once; each pod twice
+    assert p.dead_letters() == []
+
+
+def test_a_worker_killed_mid_pod_stream_loses_and_doubles_no_pod_record(kafka_broker, pipeline_on):
+    """Owners of half the namespaces first, then every pod, then the other owners, with the worker
+    SIGKILLed while the pods stream in: every pod ends attributed once, and no pod record repeats
+    (a pod's records differ in version or workload: the warehouse would take a repeat as one anyway,
+    so the topic is checked)."""
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    owners = _pod_events(20, 30, owners=True)
+    pods = _pod_events(20, 30, owners=False)
+    early, late = owners[:20], owners[20:]   # two events per namespace: the first 10 namespaces' owners
+    p.start("processors")
+    p.start("warehouse")
+    p.publish(early)
+    p.publish(pods, 0, 300)
+    time.sleep(2)
+    p.kill("processors")
+    p.publish(pods, 300)
+    p.start("processors")
+    p.publish(late)
+    deadline = time.time() + 180
+    rows = None
+    while time.time() < deadline:
+        rows = p.warehouse_rows("SELECT count(DISTINCT uid), count(*), count(workload_uid) FROM pod_intervals")
+        if rows == [(600, 600, 600)]:
+            break
+        time.sleep(0.5)
+    assert rows == [(600, 600, 600)], f"{rows}\n{p.log('processors')}"
+    consumer = KafkaConsumer(p.topic("pods"), bootstrap_servers=p.bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed", consumer_timeout_ms=3000)
+    try:
+        seen = Counter((m.key, json.loads(m.value)["resourceVersion"],
+                        (json.loads(m.value)["workload"] or {}).get("uid")) for m in consumer)
+    finally:
+        consumer.close()
+    assert max(seen.values()) == 1, [k for k, n in seen.items() if n > 1][:5]
+    assert {key for key, _, wl in seen if wl is not None} == {f"lab/p-{n}-{i}".encode() for n in range(20) for i in range(30)}
+    assert p.dead_letters() == []
