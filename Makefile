@@ -44,6 +44,8 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/allocation_bench.py
 	$(BIN)/python bench/allocation_bench.py --analytics
 	$(BIN)/python bench/watch_bench.py
+	$(BIN)/python bench/watch_bench.py --kind pods --objects 100000 --namespaces 50
+	$(BIN)/python bench/pod_processing_bench.py
 	$(BIN)/python bench/exporter_bench.py
 
 # docs/cli-reference.md: every command's --help; README's states table: the built-in definitions'

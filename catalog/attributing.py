@@ -110,10 +110,16 @@ def pod_paths(catalog: Catalog) -> tuple[tuple, ...]:
                 if path[0] == "spec" and len(path) > 1 and path[1] in ("containers", "initContainers",
                                                                       "ephemeralContainers", *_NEVER):
                     continue
-                if len(path) == 1:
-                    continue    # a whole section: its projected fields are what can be read
+                if len(path) == 1 or _kept_anyway(path):
+                    continue    # a whole section (its projected fields are what can be read), or kept
                 paths.add(path)
     return tuple(sorted(paths))
+
+
+def _kept_anyway(path: tuple) -> bool:
+    """Whether every projection keeps this path (its labels, its node name, ...): copying it again is waste."""
+    section, key = path[0], path[1]
+    return key in {"metadata": _POD_META, "spec": _POD_SPEC, "status": _POD_STATUS}[section]
 
 
 def _containers(containers) -> list | object:

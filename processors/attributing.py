@@ -39,9 +39,7 @@ from workloadmap.catalog.pods import match_pod
 
 MAX_CHAIN = 16   # owner links followed at most (a cycle of references must not hang a worker)
 
-# The fields of a pod record whose change is worth a record (the warehouse keeps them).
-_POD_KEPT = ("state", "nodeName", "gpu", "gpuResources", "cpu", "memory", "workload", "component", "instance",
-             "replica")
+# The fields of a node record whose change is worth a record (the warehouse keeps them).
 _NODE_KEPT = ("uid", "allocatable", "capacity", "unschedulable", "ready", "labels")
 
 
@@ -92,11 +90,18 @@ def _link_tuple(link: dict) -> tuple:
             None if ref is None else (ref.get("apiVersion"), ref.get("kind"), ref.get("name"), ref.get("uid")))
 
 
+def _pod_kept(state: str, r: dict, workload: dict | None) -> tuple:
+    """The kept fields of a pod record (its facts and attribution): a record is emitted when they change."""
+    gres = r.get("gpuResources")
+    return (state, r.get("nodeName"), r["gpu"], tuple(sorted(gres.items())) if gres else None, r["cpu"], r["memory"],
+            workload["uid"] if workload else None, r.get("component"), r.get("instance"), r.get("replica"))
+
+
 def pod_summary(record: dict) -> dict:
     """The state a pod's latest record implies."""
     return {"rv": record.get("resourceVersion"), "state": record["state"], "since": record["stateSince"],
             "deleted": record["deleted"], "at": record["observedAt"],
-            "kept": tuple(_freeze(record.get(f)) for f in _POD_KEPT),
+            "kept": _pod_kept(record["state"], record, record.get("workload")),
             "attribution": {k: record.get(k) for k in ("workload", "framework", "definition", "component",
                                                        "instance", "replica")}}
 
@@ -254,6 +259,11 @@ class Attributing:
         if previous is not None and previous.get("pending") and key not in states.waiting:
             out.owners.append((key.encode(), None))   # no longer pending
         state = pod_state(facts["phase"], facts["nodeName"], deleted)
+        kept = _pod_kept(state, {**facts, **attribution}, attribution["workload"])
+        pending = key in states.waiting
+        if previous is not None and kept == previous["kept"] and not deleted:
+            previous.update(rv=rv, pending=pending)   # status churn: nothing the warehouse keeps changed
+            return controller_of(obj) is None
         at = attributing_at or event["observedAt"]
         record = {
             "cluster": cluster, "observedAt": at, "eventType": event["type"], "deleted": deleted,
@@ -265,13 +275,9 @@ class Attributing:
         }
         if facts.get("gpuResources"):
             record["gpuResources"] = facts["gpuResources"]
-        summary = pod_summary(record)
-        summary["pending"] = key in states.waiting
-        if previous is None or summary["kept"] != previous["kept"] or deleted:
-            out.pods.append((key.encode(), records.encode(record)))
-            states.pods[key] = summary
-        else:
-            previous.update(rv=rv, pending=summary["pending"])
+        out.pods.append((key.encode(), records.encode(record)))
+        states.pods[key] = {"rv": rv, "state": state, "since": record["stateSince"], "deleted": deleted, "at": at,
+                            "kept": kept, "attribution": attribution, "pending": pending}
         return controller_of(obj) is None
 
     # -- nodes -----------------------------------------------------------------------------
