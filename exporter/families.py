@@ -31,7 +31,7 @@ import re
 from workloadmap.catalog.definitions import STATUSES
 
 
-CHUNKS = 1 << 10   # parts of a family's objects, compressed apart (see Family)
+CHUNKS = 1 << 12   # parts of a family's objects, compressed apart (see Family)
 
 
 class Family:

@@ -29,7 +29,7 @@ from collections import Counter as Tally
 from datetime import datetime
 
 import msgspec
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
 from workloadmap.catalog import records
@@ -167,6 +167,11 @@ def unix_seconds(text: str | None) -> float | None:
 
 
 # --------------------------------------------------------------------------- pipeline health
+
+
+# No `_created` series beside each counter and histogram: kube-state-metrics serves none, and a
+# restart that rebuilds the counters from the topics would make them say when the process started.
+disable_created_metrics()
 
 
 class Health:
