@@ -48,6 +48,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import faust
+from kafka.errors import KafkaError
 
 from workloadmap.catalog import records
 
@@ -201,6 +202,7 @@ class ClusterDefinitions:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
+            self._consumer = None   # the next read_new starts a fresh consumer
 
 
 def _kafka_python_security(security: dict) -> dict:
@@ -266,7 +268,14 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
 
     @app.timer(interval=5.0)
     async def follow_definitions():
-        await read_definitions()
+        # A timer's error would stop the worker: while the broker is away (a restart, a
+        # network cut) the definitions simply come with a later tick.  The assignment's
+        # read below is not guarded: a worker must not process without the definitions.
+        try:
+            await read_definitions()
+        except KafkaError as exc:
+            definitions.close()
+            app.log.warning("definitions topic not read (next try in 5 s): %s", exc)
 
     # faust goes on delivering messages while the assignment handler below awaits its
     # executor reads; the agent waits for it, or it would process against missing state
