@@ -78,18 +78,6 @@ def controller_of(obj: dict) -> dict | None:
     return None
 
 
-def _selector_expressions(definition) -> list:
-    exprs = []
-    for comp in definition.components:
-        sel = comp.selector
-        if sel is not None:
-            exprs += [sel.type_key, sel.instance_id, sel.replica_key]
-    for group in definition.pod_groups:
-        for member in group.members:
-            exprs += member.group_by + member.filters
-    return [e for e in exprs if e is not None]
-
-
 def pod_paths(catalog: Catalog) -> tuple[tuple, ...]:
     """The pod paths the catalog's pod selectors and gang keys read, besides what every projection keeps.
 
@@ -98,7 +86,7 @@ def pod_paths(catalog: Catalog) -> tuple[tuple, ...]:
     volumes, command or args are never added (the module docstring says why)."""
     paths: set[tuple] = set()
     for definition in catalog:
-        for expr in _selector_expressions(definition):
+        for expr in definition.pod_expressions():
             read = paths_read(expr.source)
             if read is ANY:
                 paths.add(("metadata", "annotations"))

@@ -239,6 +239,18 @@ class Definition:
     def gvk(self) -> GVK:
         return self.root.kind
 
+    def pod_expressions(self) -> list[Expr]:
+        """Every expression evaluated on pods: the pod selectors' and the gang keys and filters."""
+        exprs = []
+        for comp in self.components:
+            sel = comp.selector
+            if sel is not None:
+                exprs += [sel.type_key, sel.instance_id, sel.replica_key]
+        for group in self.pod_groups:
+            for member in group.members:
+                exprs += member.group_by + member.filters
+        return [e for e in exprs if e is not None]
+
     def subtree(self, name: str) -> set[str]:
         """The names of a component and of its descendants."""
         comp = self.component(name)

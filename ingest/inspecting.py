@@ -148,19 +148,10 @@ _LABEL_KEY = re.compile(r'labels\s*\[\s*"((?:[^"\\]|\\.)+)"\s*\]|labels\.([A-Za-
 
 def label_keys(definition: Definition) -> set[str]:
     """The pod label keys a definition's pod selectors and gang-scheduling keys read."""
-    exprs = []
-    for comp in definition.components:
-        sel = comp.selector
-        if sel is not None:
-            exprs += [sel.type_key, sel.instance_id, sel.replica_key]
-    for group in definition.pod_groups:
-        for member in group.members:
-            exprs += member.group_by + member.filters
     keys = {k for comp in definition.components if comp.selector is not None for k in comp.selector.match_labels}
-    for expr in exprs:
-        if expr is not None:
-            for quoted, bare in _LABEL_KEY.findall(expr.source):
-                keys.add(quoted or bare)
+    for expr in definition.pod_expressions():
+        for quoted, bare in _LABEL_KEY.findall(expr.source):
+            keys.add(quoted or bare)
     return keys
 
 
