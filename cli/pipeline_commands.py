@@ -202,13 +202,21 @@ def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **
 @click.option("--duckdb", "duckdb_path", default="workloadmap-demo.duckdb", show_default=True,
               type=click.Path(dir_okay=False), help="DuckDB file to write (rerunning adds nothing new).")
 @click.option("--batch", type=int, default=5000, show_default=True, help="Records per warehouse transaction.")
-def demo(clusters, workloads, days, seed, duckdb_path, batch):
+@click.option("--metrics", "metrics", default=None, metavar="[HOST]:PORT",
+              help="Then serve the history's end state as Prometheus series here (/metrics) until Ctrl-C.")
+def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
     """The embedded pipeline: simulate a multi-cluster history, process it in-process into DuckDB, summarise."""
+    from workloadmap import running
     from workloadmap.embedding import EmbeddedPipeline
+    from workloadmap.exporter.serving import parse_address
+    from workloadmap.exporter.tracking import Health, Tracker
     from workloadmap.ingest.simulating import simulate_messages
     from workloadmap.running import collect_garbage_rarely
 
-    with EmbeddedPipeline.open(duckdb_path, batch=batch) as pipeline, \
+    if metrics:
+        serving(lambda: parse_address(metrics))   # a bad address is refused before the history is made
+    tracker = Tracker(health=Health(consumer="demo")) if metrics else None
+    with EmbeddedPipeline.open(duckdb_path, batch=batch, tracker=tracker) as pipeline, \
             progress("simulating and processing") as bar:
         collect_garbage_rarely()
         task = bar.add_task("events")
@@ -223,6 +231,9 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch):
     for table in summary:
         click.echo("")
         console().print(table)
+    if tracker is not None:
+        serving(lambda: running.serve_tracker(tracker, metrics, started=lambda server: click.echo(
+            f"\nserving the history's series on {metrics} (port {server.port}): /metrics; Ctrl-C to stop", err=True)))
 
 
 def demo_summary(pipeline) -> list:

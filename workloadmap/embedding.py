@@ -76,10 +76,10 @@ class EmbeddedPipeline:
         return f"EmbeddedPipeline({str(self.warehouse.path)!r})"
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, batch: int = 5000, catalog: Catalog | None = None
-             ) -> "EmbeddedPipeline":
+    def open(cls, path: str | os.PathLike, *, batch: int = 5000, catalog: Catalog | None = None,
+             tracker: Tracker | None = None) -> "EmbeddedPipeline":
         """A pipeline into the warehouse file at `path` (created, or migrated, as needed)."""
-        pipeline = cls(Warehouse(path), batch=batch, catalog=catalog)
+        pipeline = cls(Warehouse(path), batch=batch, catalog=catalog, tracker=tracker)
         pipeline._owns_warehouse = True
         return pipeline
 

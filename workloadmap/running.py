@@ -191,6 +191,21 @@ def run_exporter(settings: Settings, address: str, *, pod_series: bool = True, s
         raise exporter.consumer.failed
 
 
+def serve_tracker(tracker: Tracker, address: str, *, stop: threading.Event | None = None,
+                  started: Callable[[MetricsServer], object] = lambda server: None) -> None:
+    """Serve what `tracker` holds on `address` until `stop` (default: SIGTERM or SIGINT) is set
+    (the demo's series, once its history is processed)."""
+    stop = stop or stop_on_signals()
+    tracker.refresh()
+    server = MetricsServer(address, tracker.exposition_parts, exposition_gzip=tracker.exposition_gzip).start()
+    try:
+        started(server)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.close()
+
+
 def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snapshot_every: float = 60.0,
                   stop: threading.Event | None = None, metrics: str | None = None) -> WriteResult:
     """The single writer of the warehouse, until `stop` (default: SIGTERM or SIGINT) is set.

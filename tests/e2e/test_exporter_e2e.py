@@ -210,3 +210,32 @@ def test_embedded_watchers_serve_the_series_of_a_real_cluster_and_their_own_coun
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
+
+
+def test_the_demo_serves_the_series_of_its_history_as_the_warehouse_has_it(tmp_path):
+    """`demo --metrics`: once the simulated history is processed, its series are served; the workloads by
+    status are the warehouse's current workloads by status (the same records, two readers)."""
+    import duckdb
+
+    port, db, log = free_port(), tmp_path / "demo.duckdb", tmp_path / "demo.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "demo", "--workloads", "30", "--days", "1",
+                             "--duckdb", str(db), "--metrics", f"127.0.0.1:{port}"],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: proc.poll() is not None or "serving the history's series" in log.read_text(), "the demo",
+              timeout=120)
+        assert proc.poll() is None, log.read_text()
+        status, body = _http(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        served: dict = {}
+        for family in text_string_to_metric_families(body.decode()):
+            for s in family.samples:
+                if s.name == "workloadmap_workload_status" and s.value == 1:
+                    served[s.labels["status"]] = served.get(s.labels["status"], 0) + 1
+        con = duckdb.connect(str(db), read_only=True)
+        stored = dict(con.execute("SELECT status, count(*) FROM current_workloads GROUP BY status").fetchall())
+        con.close()
+        assert served == stored and sum(served.values()) > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, log.read_text()
