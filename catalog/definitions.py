@@ -10,10 +10,12 @@ built here; this module assumes a valid document.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from dataclasses import dataclass, field
 
 from . import jqlang
+from .jqlang.parsing import tokenize
 
 DEFINITION_KINDS = {
     ("optimization.nvidia.com/v1alpha1", "ResourceInterface"),
@@ -79,14 +81,87 @@ class GVK:
 
 @dataclass(frozen=True)
 class Expr:
-    """A compiled jq expression and the definition field it came from."""
+    """A compiled jq expression and the definition field it came from.
+
+    A `bound` expression uses a reference's variable ($runtime): its program takes
+    [object, referenced objects...] and binds them (see bound_source); `text` is what the
+    author wrote, shown in messages."""
 
     field: str
     program: jqlang.Program
+    bound: bool = False
+    text: str | None = None
 
     @property
     def source(self) -> str:
-        return self.program.source
+        return self.text if self.text is not None else self.program.source
+
+
+def variables_used(source: str) -> set[str]:
+    """The $names an expression reads (string interpolations included), without the $."""
+    try:
+        tokens, _ = tokenize(source)
+    except Exception:  # noqa: BLE001 - not jq: the compiler reports it
+        return set()
+    out: set[str] = set()
+
+    def walk(toks):
+        for tok in toks:
+            if tok.kind == "var":
+                out.add(tok.value[1:])
+            elif tok.kind == "str":
+                for part in tok.value:
+                    if not isinstance(part, str):
+                        walk(part)
+    walk(tokens)
+    return out
+
+
+def bound_source(source: str, names) -> str | None:
+    """The program evaluating `source` with the references `names` bound, or None when it reads
+    none of them: its input is [object, referenced objects...] in the order of `names`, and the
+    expression runs on the object, as written (the newline ends a trailing comment)."""
+    names = list(names)
+    if not names or not variables_used(source) & set(names):
+        return None
+    binds = "".join(f".[{i + 1}] as ${n} | " for i, n in enumerate(names))
+    return f"{binds}.[0] | (\n{source}\n)"
+
+
+# The reference names of the document being built: every root-evaluated expression that reads one
+# is compiled bound (a context variable, as the names are known once per document and _expr is
+# called from every builder below).
+_REFERENCES: contextvars.ContextVar[tuple] = contextvars.ContextVar("references", default=())
+
+
+@dataclass(frozen=True)
+class ReferenceKind:
+    gvk: GVK
+    cluster_scoped: bool = False
+
+
+@dataclass
+class Reference:
+    """Another object the definition reads, bound as $name (extension; upstream issue #81)."""
+
+    name: str
+    kinds: list[ReferenceKind]
+    name_selector: Expr
+    kind_selector: Expr | None = None
+    namespace_selector: Expr | None = None
+
+
+@dataclass(frozen=True)
+class RelatedKey:
+    """The object one reference of one workload names."""
+
+    reference: str
+    gvk: GVK
+    namespace: str | None
+    name: str
+
+    def __str__(self):
+        return f"{self.gvk.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
 @dataclass
@@ -230,6 +305,7 @@ class Definition:
     additional_child_kinds: list[GVK]
     pod_groups: list[PodGroup]
     document: dict
+    references: list[Reference] = field(default_factory=list)
 
     @property
     def has_pod_group(self) -> bool:
@@ -266,7 +342,26 @@ class Definition:
 def _expr(path: str, value) -> Expr | None:
     if value is None:
         return None
+    bound = bound_source(value, _REFERENCES.get())
+    if bound is not None:
+        return Expr(path, jqlang.compile(bound), True, value)
     return Expr(path, jqlang.compile(value))
+
+
+def _references(structure: dict) -> list[Reference]:
+    out = []
+    for i, r in enumerate(structure.get("references") or []):
+        rp = f"spec.structureDefinition.references[{i}]"
+        kinds = [r["kind"]] if r.get("kind") else r.get("kinds") or []
+        out.append(Reference(
+            name=r["name"],
+            kinds=[ReferenceKind(GVK.from_dict(k), bool(k.get("clusterScoped"))) for k in kinds],
+            name_selector=Expr(f"{rp}.nameSelector", jqlang.compile(r["nameSelector"])),
+            kind_selector=Expr(f"{rp}.kindSelector", jqlang.compile(r["kindSelector"])) if r.get("kindSelector") else None,
+            namespace_selector=Expr(f"{rp}.namespaceSelector", jqlang.compile(r["namespaceSelector"]))
+            if r.get("namespaceSelector") else None,
+        ))
+    return out
 
 
 def _component(d: dict, path: str) -> Component:
@@ -351,9 +446,14 @@ def build_definition(doc: dict, origin: str, source: str) -> Definition:
     spec = doc["spec"]
     structure = spec["structureDefinition"]
     sp = "spec.structureDefinition"
-    root = _component(structure["rootComponent"], f"{sp}.rootComponent")
-    children = [_component(c, f"{sp}.childComponents[{i}]")
-                for i, c in enumerate(structure.get("childComponents") or [])]
+    references = _references(structure)
+    token = _REFERENCES.set(tuple(r.name for r in references))
+    try:
+        root = _component(structure["rootComponent"], f"{sp}.rootComponent")
+        children = [_component(c, f"{sp}.childComponents[{i}]")
+                    for i, c in enumerate(structure.get("childComponents") or [])]
+    finally:
+        _REFERENCES.reset(token)
     by_name = {c.name: c for c in [root, *children]}
     for c in children:
         c.parent = by_name[c.owner]
@@ -385,6 +485,7 @@ def build_definition(doc: dict, origin: str, source: str) -> Definition:
         additional_child_kinds=[GVK.from_dict(k) for k in structure.get("additionalChildKinds") or []],
         pod_groups=groups,
         document=doc,
+        references=references,
     )
 
 

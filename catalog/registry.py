@@ -29,6 +29,17 @@ def bundled_examples() -> list[dict]:
     return out
 
 
+def bundled_related() -> list[dict]:
+    """The objects the bundled examples' references name (catalog/examples/related/*.yaml): the
+    TrainJob examples' runtimes."""
+    folder = resources.files("workloadmap.catalog").joinpath("examples").joinpath("related")
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            out.extend(d for d in read_documents(entry.read_text(encoding="utf-8"), f"related:{entry.name}") if d)
+    return out
+
+
 class UnknownKindError(LookupError):
     """No definition describes an object's kind."""
 
@@ -42,17 +53,24 @@ class UnknownKindError(LookupError):
 
 
 class Catalog:
-    def __init__(self, definitions=(), resolver: Resolver = DEFAULT_RESOLVER):
+    """Definitions by kind, the resolver, and `lookup`: where the objects a definition's references
+    name are found (a callable RelatedKey -> object or None; an ObjectIndex of objects at hand, a
+    live cluster, the processors' state), used when resolve is given none."""
+
+    def __init__(self, definitions=(), resolver: Resolver = DEFAULT_RESOLVER, lookup=None):
         self.resolver = resolver
+        self.lookup = lookup
         self._by_name: dict[str, Definition] = {}
         self._by_kind: dict[tuple[str, str], list[Definition]] = {}
         for d in definitions:
             self.add(d)
+        if isinstance(definitions, Catalog) and lookup is None:
+            self.lookup = definitions.lookup
 
     # -- building -----------------------------------------------------------
     @classmethod
-    def builtin(cls, resolver: Resolver = DEFAULT_RESOLVER) -> "Catalog":
-        catalog = cls(resolver=resolver)
+    def builtin(cls, resolver: Resolver = DEFAULT_RESOLVER, lookup=None) -> "Catalog":
+        catalog = cls(resolver=resolver, lookup=lookup)
         folder = resources.files("workloadmap.catalog").joinpath("builtin")
         for entry in sorted(folder.iterdir(), key=lambda p: p.name):
             if entry.name.endswith(".yaml"):
@@ -146,6 +164,49 @@ class Catalog:
         except UnknownKindError as exc:
             raise UnknownKindError(exc.api_version, exc.kind, exc.suggestions, object_ref(obj)) from None
 
-    def resolve(self, obj: dict):
-        """Resolve an object through the definition of its kind."""
-        return self.resolver.resolve(obj, self.definition_for(obj))
+    def resolve(self, obj: dict, lookup=None):
+        """Resolve an object through the definition of its kind (its references through `lookup`,
+        else the catalog's)."""
+        return self.resolver.resolve(obj, self.definition_for(obj), lookup or self.lookup)
+
+    def reference_kinds(self) -> list:
+        """(GVK, cluster-scoped) of every kind a definition's references may name, sorted."""
+        kinds = {(k.gvk, k.cluster_scoped) for d in self._by_name.values() for r in d.references for k in r.kinds}
+        return sorted(kinds, key=lambda k: str(k[0]))
+
+    def is_referenced_kind(self, api_version: str, kind: str) -> bool:
+        """Whether objects of this kind are read by references (not workloads themselves)."""
+        group = (api_version or "").rpartition("/")[0]
+        return any(g.group == group and g.kind == kind for g, _ in self.reference_kinds())
+
+
+class ObjectIndex:
+    """Objects at hand by (group, kind, namespace, name): the lookup of offline resolution (the
+    referenced objects given in the same files) and of tests; any version of a kind serves."""
+
+    def __init__(self, objects=()):
+        self._objects: dict = {}
+        for obj in objects:
+            self.add(obj)
+
+    @staticmethod
+    def _key(group, kind, namespace, name):
+        return (group, kind, namespace or None, name)
+
+    def add(self, obj: dict) -> None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            return
+        meta = obj["metadata"]
+        group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        self._objects[self._key(group, obj.get("kind"), meta.get("namespace"), meta.get("name"))] = obj
+
+    def remove(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        self._objects.pop(self._key(group, obj.get("kind"), meta.get("namespace"), meta.get("name")), None)
+
+    def __call__(self, key) -> dict | None:
+        return self._objects.get(self._key(key.gvk.group, key.gvk.kind, key.namespace, key.name))
+
+    def __len__(self):
+        return len(self._objects)

@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from .compiling import (MAX_COUNT, align, compile_definition, component_programs, fragment_template, read_count,
                         read_replicas)
-from .definitions import Component, Definition, Expr
+from .definitions import Component, Definition, Expr, RelatedKey
 from .jqlang import JqError
 from .jqlang.reading import ANY, paths_read
 from .jqlang.values import tostring
@@ -53,19 +53,22 @@ def _short(value) -> str:
 class _Evaluation:
     """The evaluation of one definition on one object (carries names for errors)."""
 
-    __slots__ = ("definition", "obj", "ref")
+    __slots__ = ("definition", "obj", "ref", "bound")
 
     def __init__(self, definition: Definition, obj: dict):
         self.definition = definition
         self.obj = obj
         self.ref = None
+        self.bound = None   # [obj, referenced objects...] for the expressions that read them
 
     def fail(self, field: str, reason: str):
         raise ResolveError(self.definition.name, field, self.ref or object_ref(self.obj), reason)
 
     def outputs(self, expr: Expr, value=None):
+        if value is None:
+            value = self.bound if expr.bound else self.obj
         try:
-            return expr.program.outputs(self.obj if value is None else value)
+            return expr.program.outputs(value)
         except JqError as exc:
             self.fail(expr.field, f"jq expression {expr.source!r} failed: {exc}")
 
@@ -103,7 +106,9 @@ MAX_BYTES = 2**63 - 1
 
 def _cache_paths(definition: Definition) -> tuple | None:
     """The paths outside `.spec` that the component tree reads (their values join the cache
-    key), or None when it may read anything (never cached)."""
+    key), or None when it may read anything (never cached; also when it reads other objects)."""
+    if definition.references:
+        return None
     paths: set = set()
     for comp in definition.components:
         for program in component_programs(definition, comp):
@@ -164,9 +169,14 @@ class Resolver:
             values.append(repr(value))   # repr tells 1, 1.0 and True apart, and keeps key order
         return (rule, uid, generation, tuple(values))
 
-    def resolve(self, obj: dict, definition: Definition) -> ResolvedWorkload:
+    def resolve(self, obj: dict, definition: Definition, lookup=None) -> ResolvedWorkload:
         """The resolved workload, through the definition's generated code (compiling.py);
-        an object that code leaves aside is resolved the reference way, with the same result."""
+        an object that code leaves aside is resolved the reference way, with the same result.
+
+        A definition with references reads other objects: `lookup(RelatedKey)` returns the object
+        a reference names, or None (no lookup: none is found); it is resolved the reference way."""
+        if definition.references:
+            return self.reference(obj, definition, lookup)
         compiled = _compiled(definition)
         if compiled is None or obj.__class__ is not dict:
             return self.reference(obj, definition)
@@ -240,10 +250,10 @@ class Resolver:
             pod_group=pod_group_record(definition, views) if definition.has_pod_group else None,
         )
 
-    def reference(self, obj: dict, definition: Definition) -> ResolvedWorkload:
+    def reference(self, obj: dict, definition: Definition, lookup=None) -> ResolvedWorkload:
         """Resolution by walking the definition's model: the semantics the generated code
-        must reproduce, the resolver of what that code leaves aside, and the source of
-        every resolution error."""
+        must reproduce, the resolver of what that code leaves aside, the resolver of the
+        definitions that read other objects, and the source of every resolution error."""
         if not isinstance(obj, dict):
             raise ResolveError(definition.name, "", object_ref(obj), "an object must be a mapping")
         ev = _Evaluation(definition, obj)
@@ -259,11 +269,19 @@ class Resolver:
         for key in ("apiVersion", "kind"):
             if not isinstance(obj.get(key, ""), str):
                 ev.fail(key, f"must be a string, got {type(obj.get(key)).__name__}")
+        references = None
+        if definition.references:
+            keys = _related_keys(ev, definition, obj, meta)
+            related = [lookup(key) if (key is not None and lookup is not None) else None for key in keys]
+            ev.bound = [obj, *related]
+            references = [_reference_record(ref, key, found) for ref, key, found in zip(definition.references, keys, related)]
         status, statuses, phase, conditions = self._status(ev, definition.root)
         views, total, pods = self._components(
             definition, obj, meta, lambda o, gpus: [v for comp in definition.components for v in self._component(ev, comp)],
             self.gpus)
-        return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
+        workload = self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
+        workload.references = references
+        return workload
 
     # -- status -------------------------------------------------------------
     def _status(self, ev: _Evaluation, comp: Component):
@@ -409,6 +427,51 @@ def _compiled(definition: Definition):
     except KeyError:
         compiled = definition.__dict__["_compiled"] = compile_definition(definition)
         return compiled
+
+
+def related_keys(definition: Definition, obj: dict) -> list:
+    """The object each reference of `definition` names for `obj` (a RelatedKey, or None where
+    the object names none), in the order of definition.references; ResolveError on a bad value."""
+    if not definition.references:
+        return []
+    if not isinstance(obj, dict):
+        raise ResolveError(definition.name, "", object_ref(obj), "an object must be a mapping")
+    ev = _Evaluation(definition, obj)
+    ev.ref = object_ref(obj)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return _related_keys(ev, definition, obj, meta)
+
+
+def _related_keys(ev: _Evaluation, definition: Definition, obj: dict, meta: dict) -> list:
+    keys = []
+    for ref in definition.references:
+        name = ev.first(ref.name_selector)
+        if name is not None and not isinstance(name, str):
+            ev.fail(ref.name_selector.field, f"a referenced name must be a string, got {type(name).__name__}")
+        if ref.kind_selector is not None:
+            kind = ev.first(ref.kind_selector)
+            chosen = next((k for k in ref.kinds if k.gvk.kind == kind), None)
+        else:
+            chosen = ref.kinds[0]
+        if not name or chosen is None:
+            keys.append(None)   # names nothing (or a kind the definition does not know): unresolved
+            continue
+        namespace = None
+        if not chosen.cluster_scoped:
+            namespace = ev.first(ref.namespace_selector) if ref.namespace_selector is not None else meta.get("namespace")
+            if namespace is not None and not isinstance(namespace, str):
+                ev.fail(ref.namespace_selector.field, f"a namespace must be a string, got {type(namespace).__name__}")
+        keys.append(RelatedKey(ref.name, chosen.gvk, namespace, name))
+    return keys
+
+
+def _reference_record(ref, key, found) -> dict:
+    """The record's note on one reference: what it names and whether it was found."""
+    if key is None:
+        return {"name": ref.name, "apiVersion": None, "kind": None, "namespace": None, "objectName": None,
+                "found": False}
+    return {"name": ref.name, "apiVersion": key.gvk.api_version, "kind": key.gvk.kind, "namespace": key.namespace,
+            "objectName": key.name, "found": found is not None}
 
 
 DEFAULT_RESOLVER = Resolver()

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from . import jqlang
-from .definitions import DEFINITION_KINDS, ORIGINS, Definition, build_definition
+from .definitions import DEFINITION_KINDS, ORIGINS, Definition, bound_source, build_definition
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,12 @@ JQ_FIELDS = {
     "maxReplicasPath", "podsPerReplicaPath", "requestsFromPath", "keyPath", "idPath", "expression",
     "schedulerNamePath", "labelsPath", "annotationsPath", "resourcesPath", "resourceClaimsPath",
     "podAffinityPath", "nodeAffinityPath", "containersPath", "containerPath", "priorityClassNamePath", "imagePath",
+    "nameSelector", "kindSelector", "namespaceSelector",
 }
+# Fields evaluated on something else than the resolved object (a pod; the object to write to; the
+# reference selectors, which name what the variables hold): a reference's variable is unbound there.
+UNBOUND_FIELDS = {"keyPath", "idPath", "groupByKeyPaths", "filters", "nameSelector", "kindSelector",
+                  "namespaceSelector", "suspendActions", "resumeActions", "matchLabels"}
 
 
 def _jq_fields(node, parts=()):
@@ -201,9 +206,13 @@ def validate_document(doc, file: str = "") -> list[Problem]:
     spec = doc.get("spec")
     if not isinstance(spec, dict):
         return problems
+    structure = spec.get("structureDefinition") if isinstance(spec.get("structureDefinition"), dict) else {}
+    references = [r.get("name") for r in structure.get("references") or [] if isinstance(r, dict)]
+    references = [n for n in references if isinstance(n, str)]
     for parts, expr in _jq_fields(spec, ("spec",)):
+        bound = None if UNBOUND_FIELDS & {p for p in parts if isinstance(p, str)} else bound_source(expr, references)
         try:
-            jqlang.compile(expr)
+            jqlang.compile(bound or expr)
         except jqlang.JqError as exc:
             problem(_path(parts), f"invalid jq expression {expr!r}: {_jq_reason(exc)}")
     schema_ok = not problems
@@ -260,6 +269,12 @@ def _check_structure(spec, problem):
             node = owners[node]
     for path, c in comps:
         _check_component(c, path, problem)
+    for i, ref in enumerate(structure.get("references") or []):
+        path = f"{sp}.references[{i}]"
+        if bool(ref.get("kind")) == bool(ref.get("kinds")):
+            problem(path, f"reference {ref['name']!r} names exactly one of kind or kinds")
+        elif len(ref.get("kinds") or []) > 1 and not ref.get("kindSelector"):
+            problem(f"{path}.kindSelector", f"reference {ref['name']!r} has several kinds: a kindSelector picks one")
     gang = (spec.get("optimizationInstructions") or {}).get("gangScheduling") or {}
     gp = "spec.optimizationInstructions.gangScheduling"
     members = [(f"{gp}.podGroups[{gi}].members[{mi}]", m)

@@ -110,6 +110,7 @@ class ResolvedWorkload:
     pods: int
     labels: dict = field(default_factory=dict)
     pod_group: dict | None = None        # the definition's podGroup, when it has one (pod_group_record)
+    references: list | None = None       # what the definition's references named, and whether found
 
     def to_dict(self) -> dict:
         total = self.total.to_dict()
@@ -131,4 +132,5 @@ class ResolvedWorkload:
             "conditions": list(self.conditions),
             "components": [c.to_dict() for c in self.components],
             "total": {"pods": self.pods, **total},
-        } | ({"podGroup": self.pod_group} if self.pod_group is not None else {})
+        } | ({"podGroup": self.pod_group} if self.pod_group is not None else {}) \
+          | ({"references": self.references} if self.references is not None else {})

@@ -16,7 +16,8 @@ import click
 import yaml
 
 from workloadmap import __version__
-from workloadmap.catalog import DefinitionError, ResolveError, UnknownKindError, exporting
+from workloadmap.catalog import DefinitionError, ObjectIndex, ResolveError, UnknownKindError, exporting
+from workloadmap.catalog.registry import bundled_related
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
@@ -73,20 +74,45 @@ def resolve(files, examples, definition_files, gpu_resources, output):
         raise click.UsageError("give -f FILE (or -f - for stdin), or --examples")
     catalog = build_catalog(definition_files, gpu_resources)
     items, failed = [], False
-    for source, obj in _read_inputs(files, examples):
+    inputs = list(_read_inputs(files, examples))
+    if examples:
+        inputs += [("example:related", obj) for obj in bundled_related()]
+    # objects a definition's references name (a TrainJob's runtime) are read from the same inputs:
+    # the lookup of their workloads, not workloads themselves
+    related = ObjectIndex(obj for _, obj in inputs
+                          if isinstance(obj, dict) and catalog.is_referenced_kind(str(obj.get("apiVersion") or ""),
+                                                                                  str(obj.get("kind") or "")))
+    for source, obj in inputs:
         if isinstance(obj, DefinitionError):
             for p in obj.problems:
                 error(str(p))
             failed = True
             continue
+        if isinstance(obj, dict) and catalog.is_referenced_kind(str(obj.get("apiVersion") or ""),
+                                                                str(obj.get("kind") or "")):
+            continue
         try:
-            items.append(catalog.resolve(obj).to_dict())
+            item = catalog.resolve(obj, related).to_dict()
         except (UnknownKindError, ResolveError) as exc:
             error(f"{source}: {exc}")
             failed = True
+            continue
+        items.append(item)
+        for ref in item.get("references") or []:
+            if not ref["found"]:
+                error(f"{source}: {item['kind']} {item['namespace'] + '/' if item['namespace'] else ''}{item['name']}: "
+                      f"{_missing(ref)} (give it in the same files): resolved without it")
     emit(output, items, table=rendering.workload_table, tree=rendering.workload_trees)
     if failed:
         sys.exit(EXIT_INVALID)
+
+
+def _missing(ref: dict) -> str:
+    """What one unresolved reference of a record names."""
+    if ref["kind"] is None:
+        return f"reference ${ref['name']} names no object"
+    where = f"{ref['namespace']}/" if ref["namespace"] else ""
+    return f"reference ${ref['name']}: {ref['kind']} {where}{ref['objectName']} not found"
 
 
 # -- catalog -------------------------------------------------------------------

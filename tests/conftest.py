@@ -7,12 +7,14 @@ from importlib import resources
 import pytest
 import yaml
 
-from workloadmap.catalog import Catalog
+from workloadmap.catalog import Catalog, ObjectIndex
+from workloadmap.catalog.registry import bundled_related
 
 
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
-    return Catalog.builtin()
+    """The built-in catalog; the bundled examples' referenced objects (a TrainJob's runtime) at hand."""
+    return Catalog.builtin(lookup=ObjectIndex(bundled_related()))
 
 
 def example_objects(name: str) -> dict:

@@ -67,7 +67,11 @@ def test_bundled_examples_resolve_identically(obj):
     assert _same(obj, definition)[0] == "ok"
 
 
-@pytest.mark.parametrize("obj", EXAMPLES, ids=[f"{o['kind']}/{o['metadata']['name']}" for o in EXAMPLES])
+# a definition that reads other objects (references) is always resolved the reference way
+GENERATED = [o for o in EXAMPLES if not CATALOG.definition_for(o).references]
+
+
+@pytest.mark.parametrize("obj", GENERATED, ids=[f"{o['kind']}/{o['metadata']['name']}" for o in GENERATED])
 def test_generated_code_resolves_every_example_itself(obj):
     resolved = _NoReference().resolve(obj, CATALOG.definition_for(obj))
     assert resolved.to_dict() == Resolver().reference(obj, CATALOG.definition_for(obj)).to_dict()

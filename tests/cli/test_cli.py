@@ -9,6 +9,7 @@ import click
 import yaml
 from click.testing import CliRunner
 
+from tests.conftest import example_objects
 from workloadmap.catalog import Catalog
 from workloadmap.cli.main import cli
 
@@ -104,6 +105,30 @@ def test_user_definition_file_overrides_builtin(tmp_path):
     assert {i["origin"] for i in resolved["items"]} == {"file"}
 
 
+def test_resolve_reads_referenced_objects_from_the_same_files(tmp_path):
+    """A TrainJob's pods come from the runtime it names: given in the same files (any order), it is
+    read, not resolved as a workload; missing, the TrainJob resolves without pods and the error
+    stream names the object (exit 0: the record is complete as far as the inputs go)."""
+    job = example_objects("trainjob")["llama-finetune"]
+    runtime = next(o for o in yaml.safe_load_all((EXAMPLES / "related" / "trainingruntimes.yaml").read_text())
+                   if o["metadata"]["name"] == "torch-distributed")
+    both = tmp_path / "both.yaml"
+    both.write_text(yaml.safe_dump_all([job, runtime]))
+    result = run("resolve", "-f", str(both), "-o", "json")
+    (item,) = json.loads(result.stdout)["items"]
+    assert (item["name"], item["total"]["pods"], item["total"]["gpu"]) == ("llama-finetune", 4, 32)
+    assert item["references"] == [{"name": "runtime", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                                   "kind": "ClusterTrainingRuntime", "namespace": None,
+                                   "objectName": "torch-distributed", "found": True}]
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(yaml.safe_dump(job))
+    result = run("resolve", "-f", str(alone), "-o", "json")
+    (item,) = json.loads(result.stdout)["items"]
+    assert (item["total"]["pods"], item["references"][0]["found"]) == (0, False)
+    assert "ClusterTrainingRuntime torch-distributed not found (give it in the same files)" in result.stderr
+    assert result.exit_code == 0
+
+
 def test_catalog_list_and_show():
     listed = json.loads(run("catalog", "list", "-o", "json").output)
     kinds = {d["kind"] for d in listed["items"]}
@@ -119,8 +144,12 @@ def test_catalog_list_and_show():
 
 
 def test_examples_flag_resolves_every_framework():
-    data = json.loads(run("resolve", "--examples", "-o", "json").output)
+    result = run("resolve", "--examples", "-o", "json")
+    data = json.loads(result.stdout)
     assert {i["definition"] for i in data["items"]} == {d.name for d in Catalog.builtin()}
+    # the TrainJob example whose runtime exists nowhere is resolved without it, and said so
+    assert "mnist-quick: reference $runtime: ClusterTrainingRuntime torch-distributed-gpu not found" in result.stderr
+    assert result.exit_code == 0
 
 
 def _commands(group: click.Group, prefix=("workloadmap",)):

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloadmap.catalog import Catalog, DefinitionError, ResolveError, UnknownKindError, load_definition
-from workloadmap.catalog.registry import bundled_examples
+from workloadmap.catalog import Catalog, DefinitionError, ObjectIndex, ResolveError, UnknownKindError, load_definition
+from workloadmap.catalog.registry import bundled_examples, bundled_related
 
-CATALOG = Catalog.builtin()
+CATALOG = Catalog.builtin(lookup=ObjectIndex(bundled_related()))
 
 
 EXAMPLES = bundled_examples()
