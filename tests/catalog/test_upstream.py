@@ -88,14 +88,10 @@ UPSTREAM_CANNOT = {
 
 
 def _examples_of(definition) -> list[dict]:
-    from importlib import resources
-    out = []
-    for path in resources.files("workloadmap.catalog").joinpath("examples").iterdir():
-        for obj in yaml.safe_load_all(path.read_text()):
-            if obj and obj.get("kind") == definition.gvk.kind and obj["apiVersion"].rpartition("/")[0] == \
-                    definition.gvk.group:
-                out.append(obj)
-    return out
+    from workloadmap.catalog.registry import bundled_examples
+
+    return [obj for obj in bundled_examples() if obj.get("kind") == definition.gvk.kind
+            and obj["apiVersion"].rpartition("/")[0] == definition.gvk.group]
 
 
 @pytest.mark.parametrize("path", UPSTREAM_FILES, ids=lambda p: p.stem)
