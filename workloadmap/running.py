@@ -136,7 +136,7 @@ def pricing_of(settings: Settings) -> Pricing | None:
 def exporter_topics(settings: Settings) -> dict[str, str]:
     """The topics the exporter reads, each with what it carries."""
     return {settings.workloads_topic: WORKLOADS, settings.transitions_topic: TRANSITIONS,
-            settings.deadletter_topic: DEADLETTERS, records.PODS_TOPIC: PODS, records.NODES_TOPIC: NODES}
+            settings.deadletter_topic: DEADLETTERS, settings.pods_topic: PODS, settings.nodes_topic: NODES}
 
 
 @dataclass

@@ -2,8 +2,7 @@
 and of the real `run watchers --embedded --metrics` on a real API server.
 
 Records are published as the processors publish them (in transactions; an aborted one must never
-show), to topics of this test's own (the settings' topic names) and, for pods, to the pods topic
-under a cluster id of this test's own.  Checks: the series of the records once /readyz answers;
+show), to topics of this test's own (the settings' topic names), under a cluster id of its own.  Checks: the series of the records once /readyz answers;
 a status change and a deletion reaching /metrics; after a restart the same series rebuilt from the
 topics, the deleted workload's still absent.
 """
@@ -84,12 +83,12 @@ def topics(kafka_broker):
     """This test's settings (topic names by environment) and a cluster id of its own."""
     run = uuid.uuid4().hex[:8]
     names = {"WORKLOADMAP_WORKLOADS_TOPIC": f"e2e-{run}.workloads", "WORKLOADMAP_TRANSITIONS_TOPIC":
-             f"e2e-{run}.transitions", "WORKLOADMAP_DEADLETTER_TOPIC": f"e2e-{run}.deadletter"}
+             f"e2e-{run}.transitions", "WORKLOADMAP_DEADLETTER_TOPIC": f"e2e-{run}.deadletter",
+             "WORKLOADMAP_PODS_TOPIC": f"e2e-{run}.pods", "WORKLOADMAP_NODES_TOPIC": f"e2e-{run}.nodes"}
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers)
     try:
         existing = set(admin.list_topics())
-        admin.create_topics([NewTopic(t, 3, 1) for t in (*names.values(), records.PODS_TOPIC, records.NODES_TOPIC)
-                             if t not in existing])
+        admin.create_topics([NewTopic(t, 3, 1) for t in names.values() if t not in existing])
     finally:
         admin.close()
     return names, f"e2e-{run}"
@@ -97,7 +96,7 @@ def topics(kafka_broker):
 
 def test_records_in_series_out_deletions_gone_and_a_restart_rebuilds_the_same(kafka_broker, topics, tmp_path):
     env, cluster = topics
-    workloads_topic = env["WORKLOADMAP_WORKLOADS_TOPIC"]
+    workloads_topic, pods_topic = env["WORKLOADMAP_WORKLOADS_TOPIC"], env["WORKLOADMAP_PODS_TOPIC"]
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=f"{cluster}-tx")
     producer.init_transactions()
 
@@ -113,9 +112,9 @@ def test_records_in_series_out_deletions_gone_and_a_restart_rebuilds_the_same(ka
              definition="raycluster", components=[component("worker", 2, per_pod_gpu=4)])
     owner = ("PyTorchJob", "trainer", "ua")
     publish((workloads_topic, workload("ua", "Running", **a)), (workloads_topic, workload("ub", "Running", **b)),
-            (records.PODS_TOPIC, pod("pa0", "2026-12-01T10:00:00Z", "Bound", cluster=cluster, node="n1", gpu=8,
+            (pods_topic, pod("pa0", "2026-12-01T10:00:00Z", "Bound", cluster=cluster, node="n1", gpu=8,
                                      workload=owner, name="trainer-master-0", component="master")),
-            (records.PODS_TOPIC, pod("pa1", "2026-12-01T10:00:00Z", "Pending", cluster=cluster, gpu=8,
+            (pods_topic, pod("pa1", "2026-12-01T10:00:00Z", "Pending", cluster=cluster, gpu=8,
                                      workload=owner, name="trainer-worker-0", component="worker")))
     publish((workloads_topic, workload("ua", "Completed", **a)), abort=True)   # never committed: never shown
 
