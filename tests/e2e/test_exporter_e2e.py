@@ -238,3 +238,28 @@ def test_the_demo_serves_the_series_of_its_history_as_the_warehouse_has_it(tmp_p
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, log.read_text()
+
+
+def test_the_warehouse_writer_serves_the_same_series_with_metrics(kafka_broker, topics, tmp_path):
+    """`run warehouse --metrics`: the writer's process serves the exporter's series of the topics it writes from."""
+    env, cluster = topics
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    record = workload("uw", "Running", name="writer-side", namespace="ml", cluster=cluster,
+                      components=[component("worker", 2, per_pod_gpu=4)])
+    producer.send(env["WORKLOADMAP_WORKLOADS_TOPIC"], key=records.record_key(cluster, "uw"), value=records.encode(record))
+    producer.flush()
+    producer.close()
+    port, log = free_port(), tmp_path / "warehouse.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "warehouse", "--bootstrap-servers",
+                             kafka_broker.bootstrap_servers, "--duckdb", str(tmp_path / "w.duckdb"),
+                             "--client-id", cluster, "--metrics", f"127.0.0.1:{port}"],
+                            env={**os.environ, **env}, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    labels = {"cluster": cluster, "namespace": "ml", "workload": "writer-side", "kind": "PyTorchJob"}
+    try:
+        series = _wait(lambda: proc.poll() is None and _http(f"http://127.0.0.1:{port}/readyz")[0] == 200
+                       and _series(port, cluster) or proc.poll() is not None, "the writer's series", timeout=60)
+        assert proc.poll() is None, log.read_text()
+        assert series[("workloadmap_workload_requested_gpus", frozenset(labels.items()))] == 8
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
