@@ -205,12 +205,13 @@ def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **
 @click.option("--metrics", "metrics", default=None, metavar="[HOST]:PORT",
               help="Then serve the history's end state as Prometheus series here (/metrics) until Ctrl-C.")
 def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
-    """The embedded pipeline: simulate a multi-cluster history, process it in-process into DuckDB, summarise."""
+    """The embedded pipeline: simulate a multi-cluster history (workloads, their owners and pods, the
+    clusters' nodes), process it in-process into DuckDB, summarise."""
     from workloadmap import running
     from workloadmap.embedding import EmbeddedPipeline
     from workloadmap.exporter.serving import parse_address
     from workloadmap.exporter.tracking import Health, Tracker
-    from workloadmap.ingest.simulating import simulate_messages
+    from workloadmap.ingest.scheduling import simulate_clusters
     from workloadmap.running import collect_garbage_rarely
 
     if metrics:
@@ -220,14 +221,15 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
             progress("simulating and processing") as bar:
         collect_garbage_rarely()
         task = bar.add_task("events")
-        for key, value, _ in simulate_messages(clusters=clusters, workloads=workloads, days=days, seed=seed):
-            pipeline.publish_raw(key, value)
+        for event in simulate_clusters(clusters=clusters, workloads=workloads, days=days, seed=seed):
+            pipeline.publish(event)
             bar.advance(task)
         pipeline.flush()
         summary = demo_summary(pipeline)
     counts = pipeline.counts
     click.echo(f"{counts['events']} raw events -> {counts['records']} records, {counts['transitions']} transitions, "
-               f"{counts['dead_letters']} dead letters -> {duckdb_path}")
+               f"{counts['pods']} pod and {counts['nodes']} node records, {counts['dead_letters']} dead letters "
+               f"-> {duckdb_path}")
     for table in summary:
         click.echo("")
         console().print(table)
@@ -250,7 +252,41 @@ def demo_summary(pipeline) -> list:
     usage.add_column("GPU-HOURS", justify="right")
     for framework, gpu_hours in pipeline.query("gpu_hours_by_framework").rows:
         usage.add_row(framework, f"{gpu_hours:,.1f}")
-    return [capacity, usage]
+    return [capacity, usage, *allocation_summary(pipeline)]
+
+
+def allocation_summary(pipeline) -> list:
+    """What the nodes have and the pods hold at the end, idle GPU-hours and queue waits over the history."""
+    from rich.table import Table
+
+    from workloadmap.cli.analytics_commands import duration
+
+    first, last = pipeline.query("history_bounds").rows[0]
+    if last is None:
+        return []
+    now = Table(title="GPUs at the end of the history: capacity, allocation, idle, pending", box=None,
+                header_style="bold")
+    columns = ("allocatable", "schedulable", "allocated", "idle", "pending", "requested")
+    for col in ("CLUSTER", "NODES", *(c.upper() for c in columns), "PENDING PODS"):
+        now.add_column(col, justify="left" if col == "CLUSTER" else "right")
+    for r in pipeline.query("allocation", by=["cluster"], at=last).dicts():
+        now.add_row(r["cluster"], str(r["nodes"]), *(f"{r[c]:g}" for c in columns), str(r["pending_pods"]))
+    idle = Table(title="GPU-hours over the history: allocatable, allocated, idle", box=None, header_style="bold")
+    for col in ("CLUSTER", "RESOURCE", "ALLOCATABLE", "ALLOCATED", "IDLE", "IDLE %"):
+        idle.add_column(col, justify="left" if col in ("CLUSTER", "RESOURCE") else "right")
+    for r in pipeline.query("idle_cost", since=first, until=last, as_of=last, by=["cluster"]).dicts():
+        share = 100 * r["idle_gpu_hours"] / r["allocatable_gpu_hours"] if r["allocatable_gpu_hours"] else 0
+        idle.add_row(r["cluster"], r["resource"], f"{r['allocatable_gpu_hours']:,.1f}",
+                     f"{r['allocated_gpu_hours']:,.1f}", f"{r['idle_gpu_hours']:,.1f}", f"{share:.0f}%")
+    # workloads created in the history (one created before it was first seen with its pods already bound)
+    waits = Table(title="Queue wait (creation to all pods bound) of the workloads created in the history, "
+                        "by framework", box=None, header_style="bold")
+    for col in ("FRAMEWORK", "WORKLOADS", "WAITING", "P50", "P90", "MAX"):
+        waits.add_column(col, justify="left" if col == "FRAMEWORK" else "right")
+    for r in pipeline.query("queue_waits", by=["framework"], since=first, as_of=last).dicts():
+        waits.add_row(r["framework"] or "-", str(r["workloads"]), str(r["waiting"]),
+                      *(duration(r[k]) for k in ("p50_wait_s", "p90_wait_s", "max_wait_s")))
+    return [now, idle, waits]
 
 
 def register(cli: click.Group) -> None:

@@ -332,3 +332,14 @@ def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: fl
         push(cluster.follow(at, event, wanted))
     while heap:
         yield heapq.heappop(heap)[2]
+
+
+def simulate_clusters(clusters: int = 3, workloads: int = 200, days: float = 7, seed=7,
+                      start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int = 40) -> Iterator[dict]:
+    """``simulating.simulate``'s workloads with their owners, pods and the clusters' nodes: raw events in time
+    order (the embedded demo's stream)."""
+    from .simulating import _cluster_names, simulate
+
+    return scheduling(simulate(clusters, workloads, days, seed, start), clusters=_cluster_names(clusters),
+                      start_ms=int(records.parse_time(start).timestamp() * 1000), days=days, seed=seed,
+                      nodes_per_cluster=nodes_per_cluster)
