@@ -41,7 +41,7 @@ from workloadmap.catalog.records import EVENT_TYPES
 
 from .checking import MalformedRecord, timestamp_micros
 from .deletions import DeletedWorkloads
-from .schema import NODE_COLUMNS, POD_COLUMNS
+from .schema import DAILY_ALLOCATION_OF, NODE_COLUMNS, POD_COLUMNS
 
 POD_STATES = ("Pending", "Bound", "Terminated")
 TERMINATED = "Terminated"
@@ -271,6 +271,11 @@ def _delete(conn, table: str, key: str, keys) -> None:
 _POD_CURRENT_COLUMNS = POD_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key"
 _NODE_CURRENT_COLUMNS = NODE_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key, deleted"
 _OBS_POS = operator.itemgetter(_P_OBS)
+# The closed intervals' GPU-seconds per UTC day, added to daily_allocation (the idle report reads it for
+# whole days instead of every closed interval: queries/idle_cost.sql); the node pool is the node's then.
+_KEEP_DAILY = ("INSERT INTO daily_allocation " + DAILY_ALLOCATION_OF.format(source="wm_alloc_closed")
+               + " ON CONFLICT (day, cluster, node_pool, resource) DO UPDATE "
+                 "SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds")
 
 
 class Allocations:
@@ -341,7 +346,13 @@ class Allocations:
                 ended_now.append(key)
             if changed and (c is not None or open_ is not None):
                 opened.append((key, None if open_ is None else (*open_, *seen)))
-        _insert(conn, "pod_history", closed, _POD_SCHEMA)
+        if closed:
+            conn.register("wm_alloc_closed", _table(closed, _POD_SCHEMA))
+            try:
+                conn.execute("INSERT INTO pod_history BY NAME SELECT * FROM wm_alloc_closed").fetchall()
+                conn.execute(_KEEP_DAILY).fetchall()
+            finally:
+                conn.unregister("wm_alloc_closed")
         _delete(conn, "pod_current", "uid", [k for k, _ in opened if k in current])
         _insert(conn, "pod_current", [row for _, row in opened if row is not None], _POD_CURRENT_SCHEMA)
         if ended_now:

@@ -248,7 +248,11 @@ def idle_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     since, until = _utc(since), _utc(until)
     if until <= since:
         raise ValueError(f"the window is empty: until ({until.isoformat()}) is not after since ({since.isoformat()})")
-    table = run_query_arrow(conn, "idle_cost", since=since, until=until, step=step, by=list(by),
+    # whole UTC days: the closed pod intervals from the writer's daily_allocation (idle_cost.sql)
+    rolled = (since == datetime.combine(since.date(), time(), timezone.utc)
+              and until == datetime.combine(until.date(), time(), timezone.utc)
+              and (step is None or (step >= timedelta(days=1) and step % timedelta(days=1) == timedelta(0))))
+    table = run_query_arrow(conn, "idle_cost", since=since, until=until, step=step, by=list(by), rolled=rolled,
                             as_of=None if as_of is None else _utc(as_of),
                             clusters=None if clusters is None else list(clusters),
                             gpu_prices=pricing_params(pricing)["gpu_prices"])

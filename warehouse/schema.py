@@ -348,6 +348,36 @@ MIGRATIONS += (
     )),
 )
 
+# A pod interval's GPU-seconds per UTC day (days from floor(from / 86400) to ceil(to / 86400) - 1),
+# per GPU resource, with its node's pool ('' when unknown): the rows daily_allocation keeps.
+DAILY_ALLOCATION_OF = """
+SELECT (to_timestamp(d * 86400) AT TIME ZONE 'UTC')::DATE AS day, p.cluster, coalesce(n.node_pool, '') AS node_pool,
+       resource, sum((least(t, (d + 1) * 86400) - greatest(f, d * 86400)) * count) AS gpu_seconds
+FROM (SELECT cluster, node, epoch(valid_from) AS f, epoch(valid_to) AS t,
+             unnest(map_keys(gpu_resources)) AS resource, unnest(map_values(gpu_resources)) AS count
+      FROM {source} WHERE state = 'Bound' AND gpus > 0 AND valid_to > valid_from) p
+LEFT JOIN node_current n ON n.cluster = p.cluster AND n.name = p.node,
+     range(floor(f / 86400)::BIGINT, ceil(t / 86400)::BIGINT) r(d)
+GROUP BY ALL
+"""
+
+MIGRATIONS += (
+    # A year of daily idle GPU-hours read every closed pod interval (10 M: seconds); the writer keeps
+    # their GPU-seconds per UTC day instead, in each batch's transaction (allocating.py), and the idle
+    # report computes only the open ones.
+    Migration(11, "daily GPU-seconds of the closed pod intervals: daily_allocation", (
+        """CREATE TABLE daily_allocation (
+    day              DATE NOT NULL,
+    cluster          VARCHAR NOT NULL,
+    node_pool        VARCHAR NOT NULL,
+    resource         VARCHAR NOT NULL,
+    gpu_seconds      DOUBLE NOT NULL,
+    PRIMARY KEY (day, cluster, node_pool, resource)
+)""",
+        "INSERT INTO daily_allocation " + DAILY_ALLOCATION_OF.format(source="pod_history"),
+    )),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

@@ -219,3 +219,18 @@ def test_cli_capacity_allocation_wait_and_cost(path, tmp_path):
     assert {i["cluster"]: i["idleCost"] for i in idle} == {"c1": 456, "c2": 62}
     html = invoke(path, "cost", "--since", "2026-11-02", "--until", "2026-11-03", "--step", "hour", "-o", "html").output
     assert 'id="chart-allocation"' in html and 'id="chart-idle"' in html
+
+
+def test_the_kept_daily_allocation_and_the_intervals_give_the_same_idle_hours(conn):
+    # a window of whole UTC days reads daily_allocation for the closed pod intervals; hourly steps compute
+    # every interval: the day's sums agree
+    daily = {(r.cluster, r.resource): r.allocated_gpu_hours
+             for r in costing.idle_report(conn, DAY, NEXT, by=("cluster",), as_of=NEXT)}
+    hourly = {}
+    for r in costing.idle_report(conn, DAY, NEXT, by=("cluster",), step=timedelta(hours=1), as_of=NEXT):
+        hourly[(r.cluster, r.resource)] = hourly.get((r.cluster, r.resource), 0.0) + r.allocated_gpu_hours
+    assert daily == pytest.approx(hourly) and daily[("c1", "nvidia.com/gpu")] == pytest.approx(108)
+    kept = conn.execute("SELECT day, cluster, node_pool, resource, gpu_seconds / 3600 FROM daily_allocation "
+                        "ORDER BY ALL").fetchall()
+    # closed Bound intervals only: p1 (40 GPU-h on gpu-a) and p2 (68 on gpu-b); q2 is still open
+    assert kept == [(DAY.date(), "c1", "gpu-a", "nvidia.com/gpu", 40.0), (DAY.date(), "c1", "gpu-b", "nvidia.com/gpu", 68.0)]

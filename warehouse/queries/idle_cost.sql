@@ -4,19 +4,23 @@
 -- rest cost?" (OpenCost's idle).  Allocatable GPU-hours = a node interval's allocatable GPUs per
 -- resource x its hours inside the period (cordoned nodes included: they are paid for); allocated =
 -- the same for the Bound pod intervals (per the resource they request, on the node they are bound
--- to); idle = allocatable - allocated.  Open intervals last until $as_of.  A pod's node pool is that
--- of the node interval it was bound to when its interval began.  Priced with the pricing file's GPU
+-- to); idle = allocatable - allocated.  Open intervals last until $as_of.  A pod's node pool is its
+-- node's (the node's latest record, kept after it is deleted).  Priced with the pricing file's GPU
 -- rules per (cluster, GPU resource) as cost_report.sql prices them; idle_cost NULL without prices,
 -- and for a resource no rule prices (unpriced_hours then says how many idle hours were not costed).
 -- Speed: an interval is reduced to its first and last period and joins a running level of full
 -- periods in between (cost_report.sql's way); the seconds are summed per GPU map (the few distinct
--- {resource: count} maps the pods and nodes have) before the maps are unnested.
+-- {resource: count} maps the pods and nodes have) before the maps are unnested.  With $rolled (the
+-- window from a UTC midnight to a UTC midnight, periods of whole days) the closed pod intervals are
+-- read from the writer's daily_allocation (their GPU-seconds per UTC day, cluster, node pool and
+-- resource, kept in each batch's transaction: allocating.py) and only the open ones are computed.
 -- Parameters:
 --   $since, $until  TIMESTAMPTZ, the window
 --   $as_of          TIMESTAMPTZ, where open intervals end; NULL = now()
 --   $step           INTERVAL, NULL = one period
 --   $by             VARCHAR[] among cluster, node_pool (NULL or [] = one row per period and resource)
 --   $clusters       VARCHAR[] filter, NULL = none
+--   $rolled         BOOLEAN: read daily_allocation (only for whole UTC days: costing.idle_report decides)
 --   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
 WITH window_ AS (
     SELECT epoch(CAST($since AS TIMESTAMPTZ)) AS since_s,
@@ -24,7 +28,8 @@ WITH window_ AS (
                     epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s,
            epoch(CAST($until AS TIMESTAMPTZ)) AS until_s,
            epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now())) AS as_of_s,
-           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'node_pool') AS by_pool
+           list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'node_pool') AS by_pool,
+           coalesce(CAST($rolled AS BOOLEAN), false) AS rolled
 ),
 facts AS (  -- (allocatable?, cluster, node pool, GPU map, from, to) of every GPU interval in the window
     SELECT true AS offered, cluster, node_pool, gpu_resources AS gmap, epoch(valid_from) AS f,
@@ -33,16 +38,15 @@ facts AS (  -- (allocatable?, cluster, node pool, GPU map, from, to) of every GP
     WHERE gpus > 0 AND valid_from < CAST($until AS TIMESTAMPTZ)
       AND (valid_to IS NULL OR valid_to > CAST($since AS TIMESTAMPTZ))
     UNION ALL
-    SELECT false, cluster, NULL, gpu_resources, epoch(valid_from), coalesce(epoch(valid_to), as_of_s)
-    FROM pod_intervals, window_
-    WHERE NOT by_pool AND state = 'Bound' AND gpus > 0 AND valid_from < CAST($until AS TIMESTAMPTZ)
-      AND (valid_to IS NULL OR valid_to > CAST($since AS TIMESTAMPTZ))
-    UNION ALL
     SELECT false, p.cluster, n.node_pool, p.gpu_resources, epoch(p.valid_from), coalesce(epoch(p.valid_to), as_of_s)
-    FROM (SELECT * FROM pod_intervals, window_
-          WHERE by_pool AND state = 'Bound' AND gpus > 0 AND valid_from < CAST($until AS TIMESTAMPTZ)
-            AND (valid_to IS NULL OR valid_to > CAST($since AS TIMESTAMPTZ))) p
-    ASOF LEFT JOIN node_intervals n ON n.cluster = p.cluster AND n.name = p.node AND p.valid_from >= n.valid_from
+    FROM (SELECT cluster, node, gpu_resources, valid_from, valid_to FROM pod_history, window_
+          WHERE NOT rolled AND state = 'Bound' AND gpus > 0 AND valid_from < CAST($until AS TIMESTAMPTZ)
+            AND valid_to > CAST($since AS TIMESTAMPTZ)
+          UNION ALL
+          SELECT cluster, node, gpu_resources, valid_from, NULL FROM pod_current
+          WHERE state = 'Bound' AND gpus > 0 AND valid_from < CAST($until AS TIMESTAMPTZ)) p
+    CROSS JOIN window_
+    LEFT JOIN node_current n ON by_pool AND n.cluster = p.cluster AND n.name = p.node
 ),
 spans AS (  -- clipped to the window: first and last period, seconds in each
     SELECT *, least(s1, since_s + (k0 + 1) * step_s) - s0 AS first_s,
@@ -88,7 +92,14 @@ hours AS (  -- per period, cluster, node pool and GPU resource
            coalesce(sum(s * count) FILTER (WHERE NOT offered), 0) / 3600.0 AS allocated_hours
     FROM (SELECT k, offered, cluster, node_pool, unnest(map_keys(gmap)) AS resource,
                  unnest(map_values(gmap)) AS count, s
-          FROM (SELECT k, offered, cluster, node_pool, gmap, sum(s) AS s FROM seconds GROUP BY ALL))
+          FROM (SELECT k, offered, cluster, node_pool, gmap, sum(s) AS s FROM seconds GROUP BY ALL)
+          UNION ALL  -- the closed pod intervals' GPU-seconds per day, as the writer keeps them
+          SELECT floor((epoch(d.day::TIMESTAMP AT TIME ZONE 'UTC') - since_s) / step_s)::BIGINT, false, d.cluster,
+                 CASE WHEN by_pool THEN nullif(d.node_pool, '') END, d.resource, 1.0, d.gpu_seconds
+          FROM daily_allocation d, window_
+          WHERE rolled AND d.day >= (CAST($since AS TIMESTAMPTZ) AT TIME ZONE 'UTC')::DATE
+            AND d.day < (CAST($until AS TIMESTAMPTZ) AT TIME ZONE 'UTC')::DATE
+            AND ($clusters IS NULL OR list_contains($clusters, d.cluster)))
     GROUP BY ALL
 ),
 prices AS (
