@@ -353,13 +353,15 @@ def _references(structure: dict) -> list[Reference]:
     for i, r in enumerate(structure.get("references") or []):
         rp = f"spec.structureDefinition.references[{i}]"
         kinds = [r["kind"]] if r.get("kind") else r.get("kinds") or []
+
+        def selector(key):
+            return Expr(f"{rp}.{key}", jqlang.compile(r[key])) if r.get(key) else None
         out.append(Reference(
             name=r["name"],
             kinds=[ReferenceKind(GVK.from_dict(k), bool(k.get("clusterScoped"))) for k in kinds],
-            name_selector=Expr(f"{rp}.nameSelector", jqlang.compile(r["nameSelector"])),
-            kind_selector=Expr(f"{rp}.kindSelector", jqlang.compile(r["kindSelector"])) if r.get("kindSelector") else None,
-            namespace_selector=Expr(f"{rp}.namespaceSelector", jqlang.compile(r["namespaceSelector"]))
-            if r.get("namespaceSelector") else None,
+            name_selector=selector("nameSelector"),
+            kind_selector=selector("kindSelector"),
+            namespace_selector=selector("namespaceSelector"),
         ))
     return out
 

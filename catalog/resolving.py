@@ -274,7 +274,8 @@ class Resolver:
             keys = _related_keys(ev, definition, obj, meta)
             related = [lookup(key) if (key is not None and lookup is not None) else None for key in keys]
             ev.bound = [obj, *related]
-            references = [_reference_record(ref, key, found) for ref, key, found in zip(definition.references, keys, related)]
+            references = [_reference_record(ref, key, found)
+                          for ref, key, found in zip(definition.references, keys, related)]
         status, statuses, phase, conditions = self._status(ev, definition.root)
         views, total, pods = self._components(
             definition, obj, meta, lambda o, gpus: [v for comp in definition.components for v in self._component(ev, comp)],
@@ -458,7 +459,7 @@ def _related_keys(ev: _Evaluation, definition: Definition, obj: dict, meta: dict
             continue
         namespace = None
         if not chosen.cluster_scoped:
-            namespace = ev.first(ref.namespace_selector) if ref.namespace_selector is not None else meta.get("namespace")
+            namespace = meta.get("namespace") if ref.namespace_selector is None else ev.first(ref.namespace_selector)
             if namespace is not None and not isinstance(namespace, str):
                 ev.fail(ref.namespace_selector.field, f"a namespace must be a string, got {type(namespace).__name__}")
         keys.append(RelatedKey(ref.name, chosen.gvk, namespace, name))

@@ -134,3 +134,15 @@ class ResolvedWorkload:
             "total": {"pods": self.pods, **total},
         } | ({"podGroup": self.pod_group} if self.pod_group is not None else {}) \
           | ({"references": self.references} if self.references is not None else {})
+
+
+def missing_references(record: dict) -> list[str]:
+    """A message per reference of a resolved record whose object was not found."""
+    out = []
+    for ref in record.get("references") or []:
+        if not ref["found"]:
+            where = f"{ref['namespace']}/" if ref["namespace"] else ""
+            what = f"{ref['kind']} {where}{ref['objectName']} not found" if ref["kind"] else "names no object"
+            out.append(f"{record['kind']} {record['namespace'] + '/' if record['namespace'] else ''}{record['name']}: "
+                       f"reference ${ref['name']}: {what}: resolved without it")
+    return out

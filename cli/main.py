@@ -18,6 +18,7 @@ import yaml
 from workloadmap import __version__
 from workloadmap.catalog import DefinitionError, ObjectIndex, ResolveError, UnknownKindError, exporting
 from workloadmap.catalog.registry import bundled_related
+from workloadmap.catalog.workloads import missing_references
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 
@@ -98,21 +99,11 @@ def resolve(files, examples, definition_files, gpu_resources, output):
             failed = True
             continue
         items.append(item)
-        for ref in item.get("references") or []:
-            if not ref["found"]:
-                error(f"{source}: {item['kind']} {item['namespace'] + '/' if item['namespace'] else ''}{item['name']}: "
-                      f"{_missing(ref)} (give it in the same files): resolved without it")
+        for message in missing_references(item):
+            error(f"{source}: {message} (give it in the same files)")
     emit(output, items, table=rendering.workload_table, tree=rendering.workload_trees)
     if failed:
         sys.exit(EXIT_INVALID)
-
-
-def _missing(ref: dict) -> str:
-    """What one unresolved reference of a record names."""
-    if ref["kind"] is None:
-        return f"reference ${ref['name']} names no object"
-    where = f"{ref['namespace']}/" if ref["namespace"] else ""
-    return f"reference ${ref['name']}: {ref['kind']} {where}{ref['objectName']} not found"
 
 
 # -- catalog -------------------------------------------------------------------

@@ -52,13 +52,14 @@ def guess_plural(kind: str) -> str:
 
 def readable_kinds(catalog: Catalog) -> list[GVK]:
     """Every kind workloadmap reads through this catalog: the catalog kinds, their child components'
-    kinds and additionalChildKinds, pods, nodes and WorkloadMap definitions (sensitive kinds included;
-    see `role_rules`)."""
+    kinds and additionalChildKinds, the kinds their references may name (a TrainJob's runtimes), pods,
+    nodes and WorkloadMap definitions (sensitive kinds included; see `role_rules`)."""
     kinds = {POD, NODE, DEFINITION_KIND}
     for definition in catalog:
         kinds.add(definition.gvk)
         kinds.update(c.kind for c in definition.components[1:] if c.kind is not None)
         kinds.update(definition.additional_child_kinds)
+        kinds.update(k.gvk for r in definition.references for k in r.kinds)
     return sorted(kinds, key=lambda k: (k.group, k.kind, k.version))
 
 

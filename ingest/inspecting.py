@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-from workloadmap.catalog import Catalog, DefinitionError, ResolveError, UnknownKindError, load_definition
+from workloadmap.catalog import Catalog, DefinitionError, RelatedKey, ResolveError, UnknownKindError, load_definition
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.pods import match_pod
 from workloadmap.catalog.requests import RequestError, effective_request
 from workloadmap.catalog.resolving import object_ref
+from workloadmap.catalog.workloads import missing_references
 
 from .clusters import ApiError, Cluster, ClusterConfigError, ClusterSpec, connect
 from .discovering import ServedResource, ServedResources, catalog_resources, discover, resolve_type
@@ -300,6 +301,7 @@ class Inspector:
     served: ServedResources
     context: str
     warn: Callable[[str], None] = log.warning
+    related_objects: dict = field(default_factory=dict, repr=False)   # RelatedKey -> object or None
 
     @classmethod
     def open(cls, catalog: Catalog, kubeconfig: str | None = None, context: str | None = None,
@@ -349,10 +351,31 @@ class Inspector:
 
     def _resolve(self, obj: dict, errors: list[str]) -> dict | None:
         try:
-            return self.catalog.resolve(obj).to_dict()
+            record = self.catalog.resolve(obj, self.related).to_dict()
         except (ResolveError, UnknownKindError) as exc:
             errors.append(str(exc) if object_ref(obj) in str(exc) else f"{object_ref(obj)}: {exc}")
             return None
+        for message in missing_references(record):   # resolved without it: a warning, not a failure
+            self.warn(message)
+        return record
+
+    def related(self, key: RelatedKey) -> dict | None:
+        """The object a definition's reference names (a TrainJob's runtime), fetched once per
+        inspector; None when the cluster does not serve its kind, has no such object, or refuses
+        to show it (a workload is then resolved without it and the record says so)."""
+        cache = self.related_objects
+        if key in cache:
+            return cache[key]
+        resource = self.served.for_definition(key.gvk.group, key.gvk.version, key.gvk.kind)
+        obj = None
+        if resource is not None:
+            try:
+                obj = self.cluster.get(resource.path(key.namespace, key.name))
+            except ApiError as exc:
+                if exc.status != 404:
+                    self.warn(f"cannot read {key} (reference ${key.reference}): {exc}")
+        cache[key] = obj
+        return obj
 
     # -- get -----------------------------------------------------------------
     def workloads(self, type_text: str, namespace: str | None, names: Iterable[str] = (), *,
@@ -423,8 +446,8 @@ class Inspector:
         """One workload with its pods: the resolved record plus `live_view`'s live fields."""
         obj = self.find(text, namespace)
         definition = self.catalog.definition_for(obj)
-        record = self.catalog.resolve(obj).to_dict()
-        errors: list[str] = []
+        record = self.catalog.resolve(obj, self.related).to_dict()
+        errors: list[str] = missing_references(record)
         pods = self._pods_for([obj], (obj.get("metadata") or {}).get("namespace"), chunk_size, errors,
                               definitions={obj["metadata"].get("uid"): definition})
         for message in errors:

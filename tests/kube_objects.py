@@ -51,6 +51,7 @@ PLURALS = {
     ("Sandbox", "agents.x-k8s.io"): "sandboxes", ("NIMCache", "apps.nvidia.com"): "nimcaches",
     ("ReplicaSet", "apps"): "replicasets", ("PodClique", "grove.io"): "podcliques",
     ("PodCliqueScalingGroup", "grove.io"): "podcliquescalinggroups",
+    ("TrainJob", "trainer.kubeflow.org"): "trainjobs", ("TrainingRuntime", "trainer.kubeflow.org"): "trainingruntimes",
 }
 
 

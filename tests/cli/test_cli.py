@@ -125,7 +125,7 @@ def test_resolve_reads_referenced_objects_from_the_same_files(tmp_path):
     result = run("resolve", "-f", str(alone), "-o", "json")
     (item,) = json.loads(result.stdout)["items"]
     assert (item["total"]["pods"], item["references"][0]["found"]) == (0, False)
-    assert "ClusterTrainingRuntime torch-distributed not found (give it in the same files)" in result.stderr
+    assert "ClusterTrainingRuntime torch-distributed not found: resolved without it (give it in the same files)" in result.stderr
     assert result.exit_code == 0
 
 

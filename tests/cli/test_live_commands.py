@@ -76,6 +76,9 @@ def test_role_rules_are_read_only_and_never_grant_sensitive_kinds(tmp_path):
     # components' kinds included (Grove's PodCliques, a LeaderWorkerSet's StatefulSets, Knative Revisions)
     assert {("", "nodes"), ("grove.io", "podcliques"), ("grove.io", "podcliquescalinggroups"),
             ("apps", "statefulsets"), ("serving.knative.dev", "revisions"), ("ray.io", "rayclusters")} <= granted
+    # the kinds a definition's references name: a TrainJob's runtimes, cluster-scoped and namespaced
+    assert {("trainer.kubeflow.org", "trainjobs"), ("trainer.kubeflow.org", "clustertrainingruntimes"),
+            ("trainer.kubeflow.org", "trainingruntimes")} <= granted
     # no other verb and no other core kind than those definitions name (Secrets, ConfigMaps denied)
     core = {r for g, r in granted if g == ""}
     assert core == {"pods", "nodes", "services", "serviceaccounts", "persistentvolumeclaims"}, core

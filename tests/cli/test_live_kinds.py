@@ -43,3 +43,34 @@ def test_get_resolves_every_example_of_the_kind_as_offline(kube_cluster, example
         assert items[name]["status"] == offline["status"], name
         assert items[name]["total"] == offline["total"], name
         assert items[name]["definition"] == offline["definition"], name
+
+
+def test_get_fetches_the_runtime_a_trainjob_names(kube_cluster):
+    """The TrainJob's pods live in its runtime: `get` fetches the ClusterTrainingRuntime (cluster-scoped)
+    or the TrainingRuntime (in the TrainJob's namespace) it names; a runtime the cluster does not have
+    leaves the TrainJob without pods, warned on stderr, the command still succeeding."""
+    from workloadmap.catalog.registry import bundled_related
+
+    ns = k.namespace(kube_cluster, "train")
+    for runtime in bundled_related():
+        body = {key: value for key, value in runtime.items() if key != "status"}
+        body["metadata"] = {"name": runtime["metadata"]["name"], "labels": runtime["metadata"].get("labels") or {}}
+        if runtime["kind"] == "ClusterTrainingRuntime":
+            kube_cluster.ensure("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", body)
+        else:
+            kube_cluster.request("POST", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainingruntimes", body)
+    jobs = example_objects("trainjob")
+    jobs["bert-zero3"]["metadata"]["namespace"] = ns   # its TrainingRuntime is in the test's namespace
+    for job in jobs.values():
+        k.create(kube_cluster, job, ns)
+    result = CliRunner().invoke(cli, ["get", "trainjobs", "-n", ns, "-o", "json",
+                                      "--kubeconfig", str(kube_cluster.kubeconfig)])
+    assert result.exit_code == 0, result.output
+    items = {i["name"]: i for i in json.loads(result.stdout)["items"]}
+    assert (items["llama-finetune"]["total"]["pods"], items["llama-finetune"]["total"]["gpu"]) == (4, 32)
+    assert items["bert-zero3"]["references"][0] == {
+        "name": "runtime", "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+        "namespace": ns, "objectName": "deepspeed-zero3", "found": True}
+    assert items["mnist-quick"]["references"][0]["found"] is False
+    assert items["mnist-quick"]["total"]["pods"] == 0
+    assert "reference $runtime: ClusterTrainingRuntime torch-distributed-gpu not found" in result.stderr
