@@ -21,12 +21,21 @@ from workloadmap.catalog.registry import bundled_related
 from workloadmap.catalog.workloads import missing_references
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
+from workloadmap.ingest.watching import WatchingFailed
+from workloadmap.settings import BrokerUnavailable
+from workloadmap.warehouse.exporting import ExportExists
+from workloadmap.warehouse.pricing import PricingError
+from workloadmap.warehouse.querying import WarehouseUnavailable
 
 from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
 from .catalogs import build_catalog, catalog_options
 from .outputs import emit, error, output_option, terminal_safe
 
 EXIT_INVALID = 1
+
+# What a command cannot have, said in one line: the warehouse file (missing, held by a writer,
+# damaged, not writable), the broker, the cluster's watchers that stopped.
+UNAVAILABLE = (WarehouseUnavailable, BrokerUnavailable, WatchingFailed, ExportExists, PricingError, OSError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -202,10 +211,81 @@ cost_commands.register(cli)
 live_commands.register(cli)
 
 
-def main():
-    cli(prog_name="workloadmap")
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report a command Ctrl-C stopped
+
+
+def main(prog_name: str = "workloadmap"):
+    """Run the command; what escapes it becomes one line and an exit status, never a traceback.
+
+    Ctrl-C exits 130 with one line, even in a DuckDB query (which does not look at Python's
+    signal flag: ``_watch_interrupts`` interrupts it).  A warehouse or broker that cannot be
+    had is one line and status 1; click's own errors keep click's form and status 2."""
+    from workloadmap.warehouse import interrupting
+
+    interrupted = _watch_interrupts(interrupting.interrupt_all)
+    try:
+        try:
+            cli.main(prog_name=prog_name, standalone_mode=False)
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
+    except KeyboardInterrupt:
+        _interrupted()
+    except BaseException as exc:
+        if interrupted.is_set():   # whatever the interrupted query raised on its way out
+            _interrupted()
+        if isinstance(exc, SystemExit):
+            raise
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.Abort):
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        if isinstance(exc, BrokenPipeError):   # `workloadmap ... | head`: the reader is gone
+            sys.stderr.close()
+            sys.exit(1)
+        if isinstance(exc, UNAVAILABLE):
+            error(f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename and exc.strerror
+                  else str(exc))
+            sys.exit(EXIT_INVALID)
+        raise
+    sys.exit(0)
+
+
+def _interrupted():
+    click.echo("interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _watch_interrupts(interrupt):
+    """Call `interrupt` from a thread as soon as SIGINT arrives (the main thread may be inside a
+    C call that Python's handler waits for); the returned event tells that it came."""
+    import os
+    import signal
+    import threading
+
+    came = threading.Event()
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:   # not the main thread (an embedding caller): Python's handler only
+        return came
+
+    def watch():
+        while True:
+            data = os.read(read, 64)
+            if signal.SIGINT in data:
+                came.set()
+                interrupt()
+    threading.Thread(target=watch, name="sigint-watcher", daemon=True).start()
+    return came
 
 
 def kubectl_main():
     """`kubectl workloadmap ...`: the same commands, as a kubectl plugin (kubectl-workloadmap on PATH)."""
-    cli(prog_name="kubectl workloadmap")
+    main(prog_name="kubectl workloadmap")

@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from . import interrupting
 from .schema import LATEST_VERSION, current_version
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
@@ -59,7 +60,7 @@ def open_readonly(path: str | os.PathLike, *, sandbox: bool = True) -> duckdb.Du
     if not path.exists():
         raise WarehouseUnavailable(f"{path}: no such warehouse file")
     try:
-        conn = duckdb.connect(str(path), read_only=True)
+        conn = interrupting.track(duckdb.connect(str(path), read_only=True))
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
             raise WarehouseUnavailable(

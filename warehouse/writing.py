@@ -43,10 +43,11 @@ import pyarrow as pa
 
 from workloadmap.catalog.records import DELETED
 
-from . import allocating, costing, rolling
+from . import allocating, costing, interrupting, rolling
 from .checking import EPOCH, MICROSECOND, check_records, check_transition, no_cyclic_collection
 from .deletions import DeletedWorkloads
 from .pricing import Pricing
+from .querying import WarehouseUnavailable
 from .schema import migrate
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,19 @@ SELECT (SELECT estimated_size FROM duckdb_tables()
 """
 
 
+
+def _unavailable(path: Path, exc: Exception) -> str:
+    """Why the writer cannot open `path`, in one line: held by another process, not writable,
+    not a DuckDB file (or a damaged one)."""
+    text = str(exc).splitlines()[0]
+    if "lock" in text.lower():
+        return f"{path} is held by another process (DuckDB lets one process write a file): {text}"
+    if not os.access(path.parent if not path.exists() else path, os.W_OK) or "read-only" in text.lower():
+        return f"{path} cannot be written: {text}"
+    if path.exists():
+        return f"{path} is not a workloadmap warehouse this DuckDB can open (damaged, or another kind of file): {text}"
+    return f"{path}: {text}"
+
 class Warehouse:
     """The DuckDB history, opened read-write and migrated to the latest schema.
 
@@ -255,8 +269,12 @@ class Warehouse:
         # Row groups of ROW_GROUP_ROWS (DuckDB's smallest): a batch under load fills one, so DuckDB
         # writes its rows straight into the file at commit instead of into the WAL and then the file
         # again at the next checkpoint (the cost to readers is in bench/RESULTS.md).
-        self.conn = duckdb.connect()
-        self.conn.execute(f"ATTACH ? AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(self.path)])
+        self.conn = interrupting.track(duckdb.connect())
+        try:
+            self.conn.execute(f"ATTACH ? AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(self.path)])
+        except duckdb.Error as exc:
+            self.conn.close()
+            raise WarehouseUnavailable(_unavailable(self.path, exc)) from None
         self.conn.execute(f"USE {CATALOG}")
         # Checkpoints are the writer's (``_checkpoint``, after a batch), not DuckDB's automatic
         # one inside a commit, and without its vacuum (see ``_checkpoint``).

@@ -31,11 +31,13 @@ from workloadmap.warehouse.pricing import Pricing, load_pricing
 from workloadmap.warehouse.writing import Warehouse, WriteResult
 
 from .embedding import EmbeddedPipeline
-from .settings import Settings
+from .settings import Settings, check_broker
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create the pipeline's topics when missing (idempotent)."""
+    """Create the pipeline's topics when missing (idempotent); BrokerUnavailable at once when no
+    broker answers (every service and `replay` start here)."""
+    check_broker(settings)
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError

@@ -101,3 +101,29 @@ def load(config_file: str | None = None, given: dict | None = None) -> Settings:
     if "clusters" in values:
         values["clusters"] = tuple(values["clusters"] or ())
     return Settings(**values)
+
+
+class BrokerUnavailable(RuntimeError):
+    """No Kafka broker answers at the bootstrap servers."""
+
+
+def check_broker(settings: Settings, timeout: float = 5.0) -> None:
+    """Fail at once, with one line, when no bootstrap server accepts a connection.
+
+    Why: the Kafka clients retry a broker that is not there for their whole request timeout
+    (`replay` sat 31 s in silence, then printed 40 lines of traceback).  A TCP connection to
+    one of the bootstrap servers is what any client needs first; past it, the clients' own
+    retries are about a broker that exists."""
+    import socket
+
+    reasons = []
+    for server in [s.strip() for s in settings.bootstrap_servers.split(",") if s.strip()]:
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            reasons.append(f"{server}: {getattr(exc, 'strerror', None) or exc}")
+    raise BrokerUnavailable(f"no Kafka broker at {settings.bootstrap_servers} ({'; '.join(reasons) or 'no servers'})"
+                            f"; start one (`docker compose up -d kafka`) or give --bootstrap-servers")

@@ -1,0 +1,110 @@
+"""What goes wrong outside the command is one line and an exit status, never a traceback (issue 27 item 4).
+
+Each case runs the real `workloadmap` process: a damaged or locked warehouse, an
+export directory that cannot be made, no Kafka broker (at once, not after the
+clients' 30 s of retries), Ctrl-C inside a DuckDB query (DuckDB does not look at
+Python's signal flag: `query` ignored it) exits 130.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from workloadmap.warehouse.writing import Warehouse
+
+WORKLOADMAP = [sys.executable, "-m", "workloadmap"]
+
+
+def run(*args, timeout=60):
+    start = time.monotonic()
+    proc = subprocess.run([*WORKLOADMAP, *args], capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+def one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def demo_warehouse(tmp_path_factory):
+    path = tmp_path_factory.mktemp("failures") / "demo.duckdb"
+    code, _, err, _ = run("demo", "--duckdb", str(path), "--workloads", "20", "--days", "2")
+    assert code == 0, err
+    return path
+
+
+@pytest.fixture
+def no_broker():
+    """An address where nothing listens (a port just freed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+def test_demo_on_a_damaged_warehouse(demo_warehouse, tmp_path):
+    damaged = tmp_path / "damaged.duckdb"
+    damaged.write_bytes(demo_warehouse.read_bytes()[:5000])
+    code, _, err, _ = run("demo", "--duckdb", str(damaged), "--workloads", "5", "--days", "1")
+    assert code == 1
+    assert one_line(err).startswith(f"error: {damaged} is not a workloadmap warehouse this DuckDB can open")
+    code, _, err, _ = run("feed", "--duckdb", str(damaged))
+    assert code == 1 and one_line(err).startswith(f"error: {damaged}: ")
+
+
+def test_demo_on_a_warehouse_another_process_writes(tmp_path):
+    path = tmp_path / "held.duckdb"
+    with Warehouse(path):   # this process holds DuckDB's write lock on the file
+        code, _, err, _ = run("demo", "--duckdb", str(path), "--workloads", "5", "--days", "1")
+    assert code == 1
+    assert one_line(err).startswith(f"error: {path} is held by another process")
+
+
+def test_export_where_its_directory_cannot_be_made(demo_warehouse, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, err, _ = run("export", "--duckdb", str(demo_warehouse), "--parquet", str(blocker / "out"))
+    assert code == 1 and one_line(err) == f"error: {blocker / 'out'}: Not a directory"
+
+
+@pytest.mark.parametrize("command", [["replay", "--workloads", "5", "--days", "1"], ["run", "warehouse"],
+                                     ["run", "processors"]])
+def test_no_broker_is_said_at_once(command, no_broker, tmp_path):
+    code, _, err, took = run(*command, "--bootstrap-servers", no_broker, "--duckdb", str(tmp_path / "w.duckdb"))
+    assert code == 1 and took < 15
+    assert one_line(err) == (f"error: no Kafka broker at {no_broker} ({no_broker}: Connection refused); "
+                             f"start one (`docker compose up -d kafka`) or give --bootstrap-servers")
+
+
+def interrupted(args, after: float):
+    proc = subprocess.Popen([*WORKLOADMAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=20)
+    return proc.returncode, err, time.monotonic() - start
+
+
+def test_ctrl_c_in_a_long_query_exits_130_at_once(demo_warehouse):
+    # a cross join of 9e10 rows: minutes of DuckDB work, in C
+    code, err, took = interrupted(["query", "--duckdb", str(demo_warehouse),
+                                   "SELECT sum(a.range * b.range) FROM range(300000) a, range(300000) b"], after=4)
+    assert code == 130 and one_line(err) == "interrupted" and took < 5
+
+
+def test_ctrl_c_in_capacity_exits_130_at_once(demo_warehouse):
+    # ~49,000 hourly steps by four dimensions: tens of seconds in DuckDB
+    code, err, took = interrupted(["capacity", "--duckdb", str(demo_warehouse), "--since", "2021-04-01",
+                                   "--until", "2026-12-01", "--step", "1h",
+                                   "--by", "cluster,namespace,framework,kind"], after=5)
+    assert code == 130 and one_line(err) == "interrupted" and took < 5
