@@ -22,7 +22,7 @@ from workloadmap.warehouse.querying import (
 from workloadmap.warehouse.values import jsonable, number, parse_step
 
 from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
-from .outputs import emit, fail, output_option, terminal_safe
+from .outputs import duration, emit, fail, output_option, terminal_safe
 
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
 
@@ -254,20 +254,6 @@ def _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses,
 
 
 # --------------------------------------------------------------------------- wait
-
-
-def duration(seconds: float | None) -> str:
-    """Seconds as a short human duration: 45s, 12m, 3h05m, 2d04h."""
-    if seconds is None:
-        return ""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 @click.command("wait")

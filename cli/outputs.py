@@ -118,3 +118,17 @@ def fail(exc: Exception | str) -> None:
     """The error, then exit status 1 (the command could not do what was asked)."""
     error(str(exc))
     sys.exit(EXIT_FAILED)
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as a short human duration: 45s, 12m, 3h05m, 2d04h."""
+    if seconds is None:
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

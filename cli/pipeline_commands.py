@@ -259,7 +259,7 @@ def allocation_summary(pipeline) -> list:
     """What the nodes have and the pods hold at the end, idle GPU-hours and queue waits over the history."""
     from rich.table import Table
 
-    from .analytics_commands import duration
+    from .outputs import duration
 
     first, last = pipeline.query("history_bounds").rows[0]
     if last is None:
