@@ -137,6 +137,7 @@ def relist(kubeconfig: str, page_size: int, kind: str = "pytorchjobs") -> dict:
     from workloadmap.ingest.clusters import ClusterSpec, connect
     from workloadmap.ingest.discovering import discover
     from workloadmap.ingest.watching import KindWatcher
+    from workloadmap.running import collect_garbage_rarely
 
     cluster = connect(ClusterSpec.parse(f"bench={kubeconfig}"))
     served = discover(cluster)
@@ -156,6 +157,7 @@ def relist(kubeconfig: str, page_size: int, kind: str = "pytorchjobs") -> dict:
     watcher = KindWatcher(cluster, resource, publish, threading.Event(), page_size=page_size, project=project,
                           on_controller=lambda ref: None)
     gc.collect()
+    collect_garbage_rarely()   # as `run watchers` does
     before = rss_bytes()
     cpu0 = rusage.getrusage(rusage.RUSAGE_SELF)
     t0 = time.perf_counter()
