@@ -59,46 +59,49 @@ def deep_size(tracked: dict) -> int:
     return total
 
 
-def create_objects(kube: KubeAPIServer, n: int, namespaces: int) -> float:
-    """Create the objects over kept-alive connections (a TLS handshake per request would dominate)."""
-    from tests import kube_objects as k
+def create_in_namespaces(kube: KubeAPIServer, n: int, namespaces: int, what: str, make) -> float:
+    """Create `n` objects spread over `namespaces` new namespaces, `make(i, namespace)` giving each one's
+    (collection path, body), over kept-alive connections (a TLS handshake per request would dominate)."""
     from workloadmap.ingest.clusters import ClusterSpec, connect
 
     cluster = connect(ClusterSpec.parse(f"bench={kube.kubeconfig}"))
-    template = k.example("PyTorchJob", "mnist-ddp")
-    template.pop("status", None)
-    for key in k.SERVER_FIELDS:
-        template["metadata"].pop(key, None)
     names = [f"bench-{i:02d}" for i in range(namespaces)]
     for ns in names:
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
     def create(i: int):
-        body = copy.deepcopy(template)
-        ns = names[i % namespaces]
-        body["metadata"].update(name=f"job-{i:06d}", namespace=ns)
-        cluster.request("POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body)
+        cluster.request("POST", *make(i, names[i % namespaces]))
 
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for done, _ in enumerate(pool.map(create, range(n)), 1):
-            if done % 5000 == 0:
-                print(f"created {done}/{n} objects", file=sys.stderr)
+            if done % 10000 == 0:
+                print(f"created {done}/{n} {what}", file=sys.stderr)
     cluster.close()
     return time.perf_counter() - t0
 
 
+def create_objects(kube: KubeAPIServer, n: int, namespaces: int) -> float:
+    """PyTorchJobs from the bundled example."""
+    from tests import kube_objects as k
+
+    template = k.example("PyTorchJob", "mnist-ddp")
+    template.pop("status", None)
+    for key in k.SERVER_FIELDS:
+        template["metadata"].pop(key, None)
+
+    def make(i: int, ns: str):
+        body = copy.deepcopy(template)
+        body["metadata"].update(name=f"job-{i:06d}", namespace=ns)
+        return f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body
+
+    return create_in_namespaces(kube, n, namespaces, "objects", make)
+
+
 def create_pods(kube: KubeAPIServer, n: int, namespaces: int) -> float:
-    """Create `n` pods as a JobSet's Jobs would (labels, an owner), bound to 100 nodes by nodeName."""
-    from workloadmap.ingest.clusters import ClusterSpec, connect
+    """Pods as a JobSet's Jobs would create them (labels, an owner), bound to 100 nodes by nodeName."""
 
-    cluster = connect(ClusterSpec.parse(f"bench={kube.kubeconfig}"))
-    names = [f"bench-{i:02d}" for i in range(namespaces)]
-    for ns in names:
-        kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-
-    def create(i: int):
-        ns = names[i % namespaces]
+    def make(i: int, ns: str):
         job = i // 8
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
                     "name": f"train-{job:05d}-{i % 8}", "namespace": ns,
@@ -116,15 +119,9 @@ def create_pods(kube: KubeAPIServer, n: int, namespaces: int) -> float:
                                          "resources": {"requests": {"cpu": "8", "memory": "64Gi"},
                                                        "limits": {"nvidia.com/gpu": "8"}}}],
                          "volumes": [{"name": "data", "emptyDir": {}}]}}
-        cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
+        return f"/api/v1/namespaces/{ns}/pods", body
 
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        for done, _ in enumerate(pool.map(create, range(n)), 1):
-            if done % 10000 == 0:
-                print(f"created {done}/{n} pods", file=sys.stderr)
-    cluster.close()
-    return time.perf_counter() - t0
+    return create_in_namespaces(kube, n, namespaces, "pods", make)
 
 
 def relist(kubeconfig: str, page_size: int, kind: str = "pytorchjobs") -> dict:
