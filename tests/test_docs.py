@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DOCS = ("README.md", "warehouse/README.md", "docs/cli-reference.md")
 
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
-PATH_TOKEN = re.compile(r"(?<![\w.~/$-])([\w.-]+(?:/[\w.*-]+)+/?)")
+# a path of another repository is written owner/name:path (the ":" keeps it out)
+PATH_TOKEN = re.compile(r"(?<![\w.~/$:-])([\w.-]+(?:/[\w.*-]+)+/?)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 PLACEHOLDER = re.compile(r"[A-Z]{3,}|<|\$")
 
@@ -80,6 +81,7 @@ def test_the_checks_see_paths_links_and_anchors():
     paths = named_paths(readme)
     assert {"warehouse/pricing.example.yaml", "catalog/builtin/jobset.yaml"} <= paths
     assert "nvidia.com/gpu" not in paths and "batch/v1" not in paths  # resource names and API versions
+    assert "docs/catalog/" not in paths  # upstream's, written dsx-ai-factory/workload-map:docs/catalog/
     assert "docs/cli-reference.md#workloadmap-capacity" in LINK.findall(readme.read_text(encoding="utf-8"))
     assert slug("workloadmap run watchers") == "workloadmap-run-watchers"
     assert slug("`workloadmap cost`: GPU-hours and what they cost") == "workloadmap-cost-gpu-hours-and-what-they-cost"
