@@ -56,7 +56,8 @@ def anchors(doc: Path) -> set[str]:
 def test_every_path_a_reference_document_names_exists(name):
     doc = ROOT / name
     missing = sorted(p for p in named_paths(doc) if not _exists(p, doc))
-    assert not missing, f"{name} names paths that do not exist: {missing}"
+    assert not missing, (f"{name} names paths that do not exist: {missing} "
+                         "(a path of another repository is written owner/name:path)")
 
 
 @pytest.mark.parametrize("name", REFERENCE_DOCS)
