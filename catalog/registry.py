@@ -60,6 +60,7 @@ class Catalog:
     def __init__(self, definitions=(), resolver: Resolver = DEFAULT_RESOLVER, lookup=None):
         self.resolver = resolver
         self.lookup = lookup
+        self._referenced = None
         self._by_name: dict[str, Definition] = {}
         self._by_kind: dict[tuple[str, str], list[Definition]] = {}
         for d in definitions:
@@ -103,6 +104,7 @@ class Catalog:
                 del self._by_name[old.name]
         self._by_kind.setdefault(key, []).append(definition)
         self._by_name[definition.name] = definition
+        self._referenced = None
 
     def add_file(self, path: str, origin: str = "file") -> list[Definition]:
         with open(path, encoding="utf-8") as fh:
@@ -167,7 +169,7 @@ class Catalog:
     def resolve(self, obj: dict, lookup=None):
         """Resolve an object through the definition of its kind (its references through `lookup`,
         else the catalog's)."""
-        return self.resolver.resolve(obj, self.definition_for(obj), lookup or self.lookup)
+        return self.resolver.resolve(obj, self.definition_for(obj), self.lookup if lookup is None else lookup)
 
     def reference_kinds(self) -> list:
         """(GVK, cluster-scoped) of every kind a definition's references may name, sorted."""
@@ -175,9 +177,11 @@ class Catalog:
         return sorted(kinds, key=lambda k: str(k[0]))
 
     def is_referenced_kind(self, api_version: str, kind: str) -> bool:
-        """Whether objects of this kind are read by references (not workloads themselves)."""
-        group = (api_version or "").rpartition("/")[0]
-        return any(g.group == group and g.kind == kind for g, _ in self.reference_kinds())
+        """Whether objects of this kind are read by references (not workloads themselves); asked per
+        event by the processors, so the (group, kind) set is kept until a definition is added."""
+        if self._referenced is None:
+            self._referenced = {(g.group, g.kind) for g, _ in self.reference_kinds()}
+        return ((api_version or "").rpartition("/")[0], kind) in self._referenced
 
 
 class ObjectIndex:

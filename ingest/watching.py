@@ -417,6 +417,11 @@ class ClusterWatcher:
         self._owner_kinds = owner_kinds(catalog)
         self._pod_paths = pod_paths(catalog)
         resources = catalog_resources(catalog, served)
+        # the kinds definitions' references name (a TrainJob's runtimes): the processors resolve with them
+        for gvk, _ in catalog.reference_kinds():
+            resource = served.for_definition(gvk.group, gvk.version, gvk.kind)
+            if resource is not None and resource.can("list", "watch") and resource not in resources:
+                resources.append(resource)
         # pods and nodes always; owner kinds named by a controller reference, or watched before a restart
         kinds = {("", "Pod"), ("", "Node")} | {k for k in self.wanted if k in self._owner_kinds}
         kinds |= {tuple(key.partition("/")[::2]) for key in self._saved} & self._owner_kinds

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workloadmap.catalog import Catalog, DefinitionError, ResolveError, Resolver, UnknownKindError
+from workloadmap.catalog import Catalog, DefinitionError, ObjectIndex, ResolveError, Resolver, UnknownKindError
 from workloadmap.catalog import records
 from workloadmap.catalog.jqlang import JqError
 from workloadmap.catalog.records import DeadLetter, parse_time
@@ -42,6 +42,7 @@ from workloadmap.catalog.validating import load_definition
 from .attributing import Attributing, PodStates, Rejected, is_node, is_pod, rv_newer
 
 DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
+_NOTHING = ObjectIndex()   # the lookup of a cluster no referenced object came from yet
 
 
 @dataclass
@@ -143,6 +144,10 @@ class Processor:
         self._cluster_catalogs: dict[str, Catalog] = {}
         # cluster -> name -> (resourceVersion, Definition, or None once deleted)
         self._cluster_definitions: dict[str, dict] = {}
+        # cluster -> the objects definitions' references name (a TrainJob's runtime), newest version
+        # of each: every worker keeps all of them, as they learn the definitions (see apply_related)
+        self._related: dict[str, ObjectIndex] = {}
+        self._related_versions: dict[str, dict] = {}
         self.attributing = Attributing(self.catalog_for)
 
     # -- definitions from clusters ------------------------------------------
@@ -163,6 +168,8 @@ class Processor:
         read from several partitions in any order (see app.py) end in the same catalog.
         DefinitionError if the definition is invalid.
         """
+        if self.is_related(event):   # a referenced object, shared through the same topic
+            return self.apply_related(event)
         cluster, obj = event["cluster"], event["object"]
         meta = obj["metadata"]
         name = meta.get("name") or meta["uid"]
@@ -180,6 +187,44 @@ class Processor:
         entries[name] = (rv, definition)
         self._cluster_catalogs.pop(cluster, None)
         return True
+
+    def is_related(self, event: dict) -> bool:
+        """Whether the event's object is one that definitions' references name (not a workload)."""
+        obj = event["object"]
+        return self.catalog_for(event["cluster"]).is_referenced_kind(str(obj.get("apiVersion") or ""),
+                                                                     str(obj.get("kind") or ""))
+
+    def apply_related(self, event: dict) -> bool:
+        """Keep (or forget, when deleted) an object a reference names; newest resourceVersion wins,
+        as for definitions, so events from several partitions in any order end the same."""
+        cluster, obj = event["cluster"], event["object"]
+        meta = obj.get("metadata") or {}
+        group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        ident = (group, obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        rv = meta.get("resourceVersion")
+        rv = None if rv is None else str(rv)
+        versions = self._related_versions.setdefault(cluster, {})
+        current = versions.get(ident)
+        deleted = event["type"] == "DELETED"
+        if current is not None and rv is not None and not (rv_newer(rv, current) or (deleted and rv == current)):
+            return False
+        versions[ident] = rv
+        index = self._related.setdefault(cluster, ObjectIndex())
+        if deleted:
+            index.remove(obj)
+        else:
+            index.add(obj)
+        return True
+
+    def _related_event(self, event: dict, out: Outputs):
+        """A referenced object: kept for the workloads that name it, and published with the cluster's
+        definitions so that every worker has it (the workloads naming it live on other partitions)."""
+        meta = event["object"].get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            raise Rejected(records.MISSING_FIELDS, "a referenced object needs metadata.name")
+        self.apply_related(event)
+        ident = "/".join((str(event["object"].get("kind")), str(meta.get("namespace") or ""), meta["name"]))
+        out.definitions.append((definition_key(event["cluster"], f"related:{ident}"), records.encode(event)))
 
     def _definition_event(self, event: dict, out: Outputs):
         try:
@@ -232,6 +277,9 @@ class Processor:
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
                 self._definition_event(event, out)
                 return
+            if self.is_related(event):
+                self._related_event(event, out)
+                return
             if is_node(obj):
                 self.attributing.node_event(event, state.pods, out)
                 return
@@ -271,7 +319,7 @@ class Processor:
         if previous is not None and (previous.get("deleted") or not rv_newer(rv, previous.get("rv"))):
             return  # a re-delivery, or older than what was already processed
         try:
-            resolved = self.catalog_for(cluster).resolve(obj)
+            resolved = self.catalog_for(cluster).resolve(obj, self._related.get(cluster) or _NOTHING)
         except UnknownKindError as exc:
             raise Rejected(records.UNKNOWN_KIND, str(exc)) from None
         except ResolveError as exc:

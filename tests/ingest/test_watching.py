@@ -369,3 +369,25 @@ def test_repeated_watch_failures_end_in_a_relist():
                           backoff=Backoff(0.001, 0.002))
     watcher.run()
     assert cluster.lists == 2 and watcher.counts["errors"] == 3
+
+
+def test_the_kinds_references_name_are_watched_and_published(kube_cluster, ns):
+    """A TrainJob's runtimes (a cluster-scoped ClusterTrainingRuntime, a namespaced TrainingRuntime) are
+    watched beside the workloads: the processors resolve TrainJobs with them."""
+    recorder = Recorder()
+    with start(kube_cluster, recorder) as watching:
+        assert {"trainer.kubeflow.org/ClusterTrainingRuntime", "trainer.kubeflow.org/TrainingRuntime",
+                "trainer.kubeflow.org/TrainJob"} <= set(watching.clusters[0].watchers)
+        name = f"runtime-{ns}"
+        kube_cluster.request("POST", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name}, "spec": {"mlPolicy": {"numNodes": 2}}})
+        kube_cluster.request("POST", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainingruntimes", {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+            "metadata": {"name": "team-runtime"}, "spec": {"mlPolicy": {"numNodes": 1}}})
+
+        def seen():
+            with recorder.lock:
+                return {(e["object"]["kind"], e["object"]["metadata"]["name"]) for e in recorder.events}
+        wait_for(lambda: {("ClusterTrainingRuntime", name), ("TrainingRuntime", "team-runtime")} <= seen(),
+                 what="the runtimes' events")

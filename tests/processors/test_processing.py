@@ -198,3 +198,59 @@ def test_within_a_batch_an_event_sees_the_state_the_events_before_it_left(proces
     assert (first["resourceVersion"], second["resourceVersion"]) == ("100", "101")
     assert second["previousStatus"] == "Running" and second["statusSince"] == first["statusSince"]
     assert len(out.transitions) == 1   # the first record's (from nothing to Running)
+
+
+# -- referenced objects (a TrainJob's runtime) ------------------------------------------------------
+
+def _runtime(name="torch-distributed", rv="10"):
+    from workloadmap.catalog.registry import bundled_related
+
+    obj = copy.deepcopy(next(o for o in bundled_related() if o["metadata"]["name"] == name))
+    obj["metadata"]["resourceVersion"] = rv
+    return obj
+
+
+def test_a_workload_is_resolved_with_the_object_its_reference_names(processor):
+    """The runtime's raw event is no workload: it is kept (per cluster) and shared on the definitions
+    topic; the TrainJob that names it then has the runtime's pods."""
+    state = MemoryStates()
+    out = processor.process(None, event(_runtime(), "ADDED"), state)
+    assert out.records == [] and out.dead_letters == []
+    ((key, value),) = out.definitions
+    assert key == b"prod/related:ClusterTrainingRuntime//torch-distributed"
+    assert json.loads(value)["object"]["metadata"]["name"] == "torch-distributed"
+    job = example_objects("trainjob")["llama-finetune"]
+    (record,) = decoded(processor.process(None, event(job, "ADDED"), state).records)
+    assert (record["total"]["pods"], record["total"]["gpu"], record["references"][0]["found"]) == (4, 32, True)
+    # another cluster has no such runtime: the same TrainJob there has none
+    (other,) = decoded(processor.process(None, event(job, "ADDED", cluster="lab"), MemoryStates()).records)
+    assert (other["total"]["pods"], other["references"][0]["found"]) == (0, False)
+
+
+def test_referenced_objects_are_kept_newest_first_and_forgotten_when_deleted(processor):
+    job = copy.deepcopy(example_objects("trainjob")["llama-finetune"])
+    state = MemoryStates()
+    processor.process(None, event(_runtime(rv="20"), "ADDED"), state)
+    older = _runtime(rv="15")
+    older["spec"]["mlPolicy"]["numNodes"] = 99
+    processor.process(None, event(older, "MODIFIED"), state)        # an older version read late: ignored
+    del job["spec"]["trainer"]                                       # numNodes from the runtime's mlPolicy
+    job["metadata"]["resourceVersion"] = "1"
+    (record,) = decoded(processor.process(None, event(job), state).records)
+    nodes = next(c for c in record["components"] if c["instance"] == "node")
+    assert nodes["pods"] == 1
+    processor.process(None, event(_runtime(rv="21"), "DELETED"), state)
+    job["metadata"]["resourceVersion"] = "2"
+    (record,) = decoded(processor.process(None, event(job), state).records)
+    assert record["references"][0]["found"] is False and record["total"]["pods"] == 0
+
+
+def test_a_worker_learns_referenced_objects_from_the_definitions_topic():
+    """What another worker published (app.py reads the definitions topic into apply_definition)."""
+    first, second = Processor(), Processor()
+    out = first.process(None, event(_runtime(), "ADDED"), MemoryStates())
+    ((_, value),) = out.definitions
+    assert second.apply_definition(json.loads(value)) is True
+    job = example_objects("trainjob")["llama-finetune"]
+    (record,) = decoded(second.process(None, event(job, "ADDED"), MemoryStates()).records)
+    assert record["total"]["pods"] == 4
