@@ -12,6 +12,11 @@ namespaces, each through a kubelet's usual life: created (Pending), bound to a n
 Jobs come first in half the namespaces and after their pods in the other half (pods waiting for
 their owners).  Printed: one JSON line with events/s, CPU microseconds per event (process CPU
 time), pod records per pod event, and the machine's load average.
+
+``--kafka``: the same stream through a real broker and one ``workloadmap run processors`` worker
+(exactly-once transactions, the pods, nodes and owners topics; no writer): events/s from the first
+publish until the worker's group has committed the last raw offset, and CPU microseconds per event
+of the worker and of the broker.
 """
 
 from __future__ import annotations
@@ -112,14 +117,78 @@ def pod_stream(pods: int, namespaces: int, start: float = 1_764_950_400.0) -> li
     return out
 
 
+def through_kafka(messages: list, pod_events: int, partitions: int = 3) -> dict:
+    """The stream through a broker and one worker (see the module docstring)."""
+    import subprocess
+    import tempfile
+    import uuid
+
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    from bench.pipeline_bench import cpu_seconds, publish
+    from tests.services.kafka_broker import KafkaBroker
+
+    tag = uuid.uuid4().hex[:8]
+    with KafkaBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, WORKLOADMAP_BOOTSTRAP_SERVERS=broker.bootstrap_servers, WORKLOADMAP_CLIENT_ID=f"pods-{tag}",
+                   WORKLOADMAP_PARTITIONS=str(partitions),
+                   **{f"WORKLOADMAP_{name.upper()}_TOPIC": f"{name}-{tag}"
+                      for name in ("raw", "workloads", "transitions", "deadletter", "definitions", "pods", "nodes",
+                                   "owners")})
+        log = open(Path(tmp) / "processors.log", "wb")
+        worker = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "processors"], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, cwd=tmp)
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+            deadline = time.time() + 120
+            while f"raw-{tag}" not in admin.list_topics():
+                if time.time() > deadline or worker.poll() is not None:
+                    raise RuntimeError("the worker did not create its topics:\n" + Path(log.name).read_text()[-2000:])
+                time.sleep(0.5)
+            time.sleep(8)   # it joins its group and recovers its (empty) state
+            cpu = {"processor": cpu_seconds(worker.pid), "broker": cpu_seconds(broker._proc.pid)}
+            started, (_, published, publisher_cpu) = publish(broker.bootstrap_servers, f"raw-{tag}",
+                                                             [(k, v, None, None) for k, v in messages])
+            tps = [TopicPartition(f"raw-{tag}", p) for p in range(partitions)]
+            # the worker's group's committed offsets, read without joining the group
+            consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"pods-{tag}-processors",
+                                     enable_auto_commit=False)
+            ends = sum(consumer.end_offsets(tps).values())
+            while True:
+                done = sum(consumer.committed(tp) or 0 for tp in tps)
+                if done >= ends:
+                    break
+                if worker.poll() is not None or time.time() > started + 900:
+                    raise RuntimeError(f"{done} of {ends} committed:\n" + Path(log.name).read_text()[-2000:])
+                time.sleep(0.05)
+            finished = time.time()
+            consumer.close()
+            used = {name: cpu_seconds(pid) - cpu[name] for name, pid in
+                    (("processor", worker.pid), ("broker", broker._proc.pid))}
+            admin.close()
+        finally:
+            worker.terminate()
+            worker.wait(60)
+    return {"events_per_s": round(len(messages) / (finished - started)),
+            "publish_seconds": round(published - started, 2),
+            "cpu_us_per_event": {**{k: round(v / len(messages) * 1e6, 1) for k, v in used.items()},
+                                 "publisher": round(publisher_cpu / len(messages) * 1e6, 1)},
+            "partitions": partitions}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=20_000)
     parser.add_argument("--namespaces", type=int, default=40)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--kafka", action="store_true", help="through a real broker and one worker")
     args = parser.parse_args()
     messages = pod_stream(args.pods, args.namespaces)
     pod_events = sum(1 for _, v in messages if b'"kind":"Pod"' in v)
+    if args.kafka:
+        print(json.dumps({"benchmark": "pod_processing_kafka", "events": len(messages), "pod_events": pod_events,
+                          "pods": args.pods, **through_kafka(messages, pod_events), "load_average": os.getloadavg()}))
+        return
     processor, states = Processor(), MemoryStates()
     processor.process_batch([(k, v, records.RAW_TOPIC, 0, i) for i, (k, v) in enumerate(messages[:2000])],
                             lambda p: MemoryStates())   # warm-up (the resolver's caches) on a state of its own
