@@ -17,6 +17,9 @@ and both follow the definitions, which live here.
   name, resources and restartPolicy (a restartable init container is a sidecar, which changes the
   pod's effective request), whatever a definition reads inside them.
 - A node is published as a projection too (``project_node``): what the node record keeps.
+- An owner kind without a definition of its own (a ReplicaSet, a PodClique) is published as its
+  identity and owner references only (``project_owner``): that is all the processors read of it,
+  and its pod template (env values included) need not travel.
 """
 
 from __future__ import annotations
@@ -147,6 +150,14 @@ def project_pod(pod: dict, paths: tuple[tuple, ...] = ()) -> dict:
     for path in paths:
         _copy_path(pod, out, path)
     return out
+
+
+def project_owner(obj: dict) -> dict:
+    """An intermediate owner as the watchers publish it: identity and owner references (see the docstring)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
+                                             "deletionTimestamp", "ownerReferences") if k in meta}}
 
 
 def project_node(node: dict) -> dict:

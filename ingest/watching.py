@@ -35,7 +35,9 @@ Why each piece is there:
 - Owner kinds (``catalog.attributing.owner_kinds``: the kinds definitions name
   as child components or additionalChildKinds) are watched once a published
   object names one as its controller, so only kinds pods' chains really pass
-  through are read (not the Services, Roles or PVCs a definition also lists).
+  through are read (not the Services, Roles or PVCs a definition also lists);
+  one without a definition of its own is published as its identity and owner
+  references (``project_owner``), never its pod template.
   A kind watched before is watched again at once after a restart (its
   checkpoint lists it), so its deletions while the watcher was down are seen.
 - Only catalog kinds, owner kinds, pods, nodes and WorkloadMap definitions are ever listed: never
@@ -54,7 +56,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from workloadmap.catalog import Catalog, DefinitionError, load_definition, records
-from workloadmap.catalog.attributing import controller_of, group_of, owner_kinds, pod_paths, project_node, project_pod
+from workloadmap.catalog.attributing import (
+    controller_of, group_of, owner_kinds, pod_paths, project_node, project_owner, project_pod, workload_kinds)
 
 from .checkpointing import Checkpoints, Tracked
 from .clusters import ApiError, Cluster
@@ -360,6 +363,8 @@ class ClusterWatcher:
             project = self._project_pod
         elif (resource.group, resource.kind) == ("", "Node"):
             project = project_node
+        elif (resource.group, resource.kind) not in workload_kinds(self.catalog()):
+            project = project_owner   # an owner kind only: its identity and owners are all that is read
         watcher = KindWatcher(self.cluster, resource, self.publish, self.stop, tracked=self._saved.pop(key, None),
                               page_size=self.page_size, watch_timeout=self.watch_timeout, on_object=on_object,
                               project=project, on_controller=self._controller_named)

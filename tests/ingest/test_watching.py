@@ -133,6 +133,10 @@ def test_owned_objects_are_published_and_owner_kinds_watched_once_named(kube_clu
         k.create_pod(kube_cluster, k.pod("embedding-server-1-x", owner=rs), ns)
         wait_for(lambda: ("ADDED", "ReplicaSet", "embedding-server-1") in recorder.of(ns), what="the ReplicaSet")
         keys = set(watching.clusters[0].watchers)
+    # a ReplicaSet has no definition: its identity and owners travel, never its pod template
+    (published,) = [e["object"] for e in recorder.full(ns) if e["object"]["kind"] == "ReplicaSet"]
+    assert set(published) == {"apiVersion", "kind", "metadata"}
+    assert published["metadata"]["ownerReferences"] == [k.owner_reference(deployment)]
     assert {"/Pod", "/Node", "apps/ReplicaSet", "batch/Job"} <= keys
     assert "/Service" not in keys and "rbac.authorization.k8s.io/Role" not in keys
     assert ("ADDED", "JobSet", "bert-finetune") in recorder.of(ns)
