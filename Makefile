@@ -53,6 +53,7 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 docs: $(VENV)/.installed
 	$(BIN)/python docs/cli_reference.py docs/cli-reference.md
 	$(BIN)/python docs/states_table.py README.md
+	$(BIN)/python docs/readme_examples.py README.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .import_linter_cache

@@ -11,7 +11,7 @@ import datetime as dt
 
 import click
 
-from workloadmap.settings import Settings, SettingsError, load
+from workloadmap.settings import DEFAULT_DUCKDB, Settings, SettingsError, load
 from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly
 from workloadmap.warehouse.values import parse_instant
 
@@ -39,7 +39,7 @@ def split_values(values) -> list[str] | None:
 
 
 def duckdb_option(f):
-    return click.option("--duckdb", "duckdb_path", default="workloadmap.duckdb", show_default=True,
+    return click.option("--duckdb", "duckdb_path", default=DEFAULT_DUCKDB, show_default=True,
                         envvar="WORKLOADMAP_DUCKDB", type=click.Path(dir_okay=False),
                         help="Warehouse file to read (a stopped warehouse or a --snapshot copy), read-only.")(f)
 

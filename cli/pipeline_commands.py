@@ -11,6 +11,8 @@ import logging
 
 import click
 
+from workloadmap.settings import DEFAULT_DUCKDB
+
 from .options import from_options, settings_options
 from .outputs import console, fail
 
@@ -197,10 +199,33 @@ def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **
     click.echo(f"published {count} raw events to {settings.raw_topic} at {settings.bootstrap_servers}", err=True)
 
 
+def _refuse_a_real_history(path, clusters: int) -> None:
+    """The demo writes the default warehouse file: never mix its simulated clusters into a history
+    of real ones that happens to be there."""
+    import os
+
+    from workloadmap.ingest.simulating import cluster_names
+    from workloadmap.warehouse.querying import open_readonly
+
+    if not os.path.exists(path):
+        return
+    conn = open_readonly(path)
+    try:
+        found = {c for (c,) in conn.execute("SELECT DISTINCT cluster FROM workload_states").fetchall()}
+    finally:
+        conn.close()
+    foreign = sorted(found - set(cluster_names(max(clusters, len(found)))))
+    if foreign:
+        fail(f"{path} holds clusters the demo does not simulate ({', '.join(foreign[:3])}"
+             f"{', ...' if len(foreign) > 3 else ''}): give the demo another --duckdb")
+
+
 @click.command("demo")
 @simulation_options
-@click.option("--duckdb", "duckdb_path", default="workloadmap-demo.duckdb", show_default=True,
-              type=click.Path(dir_okay=False), help="DuckDB file to write (rerunning adds nothing new).")
+@click.option("--duckdb", "duckdb_path", default=DEFAULT_DUCKDB, show_default=True, envvar="WORKLOADMAP_DUCKDB",
+              type=click.Path(dir_okay=False),
+              help="DuckDB file to write, the one the analytics commands read by default (rerunning adds nothing "
+                   "new; a file holding clusters the demo does not simulate is refused).")
 @click.option("--batch", type=int, default=5000, show_default=True, help="Records per warehouse transaction.")
 @click.option("--metrics", "metrics", default=None, metavar="[HOST]:PORT",
               help="Then serve the history's end state as Prometheus series here (/metrics) until Ctrl-C.")
@@ -216,6 +241,7 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
 
     if metrics:
         serving(lambda: parse_address(metrics))   # a bad address is refused before the history is made
+    _refuse_a_real_history(duckdb_path, clusters)
     tracker = Tracker(health=Health(consumer="demo")) if metrics else None
     with EmbeddedPipeline.open(duckdb_path, batch=batch, tracker=tracker) as pipeline, \
             progress("simulating and processing") as bar:

@@ -338,8 +338,8 @@ def simulate_clusters(clusters: int = 3, workloads: int = 200, days: float = 7, 
                       start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int = 40) -> Iterator[dict]:
     """``simulating.simulate``'s workloads with their owners, pods and the clusters' nodes: raw events in time
     order (the embedded demo's stream)."""
-    from .simulating import _cluster_names, simulate
+    from .simulating import cluster_names, simulate
 
-    return scheduling(simulate(clusters, workloads, days, seed, start), clusters=_cluster_names(clusters),
+    return scheduling(simulate(clusters, workloads, days, seed, start), clusters=cluster_names(clusters),
                       start_ms=int(records.parse_time(start).timestamp() * 1000), days=days, seed=seed,
                       nodes_per_cluster=nodes_per_cluster)

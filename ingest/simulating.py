@@ -497,7 +497,7 @@ class _Planner:
 # --------------------------------------------------------------------------- the simulation
 
 
-def _cluster_names(n: int) -> list[str]:
+def cluster_names(n: int) -> list[str]:
     return [CLUSTER_NAMES[i] if i < len(CLUSTER_NAMES) else f"cluster-{i:02d}" for i in range(n)]
 
 
@@ -547,7 +547,7 @@ def simulate(clusters: int = 3, workloads: int = 200, days: float = 7, seed=7,
     states = _states()
     t0 = int(records.parse_time(start).timestamp() * 1000)
     end = int(days * _D)
-    names = _cluster_names(clusters)
+    names = cluster_names(clusters)
     plans = _plan(states, names, workloads, end, seed)
     order = sorted((step.at, w.index, n) for w in plans for n, step in enumerate(w.steps))
     by_index = {w.index: w for w in plans}

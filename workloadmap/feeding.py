@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from workloadmap.catalog.records import parse_time
 from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly, run_query
 
+from .settings import check_broker
+
 
 @dataclass(frozen=True)
 class Filters:
@@ -150,8 +152,11 @@ def reading_topic(settings, filters: Filters = Filters(), *, from_beginning: boo
 
     No consumer group: every partition is read, from the beginning or from the
     end, and nothing is committed.  Messages that are not transitions are skipped.
+    BrokerUnavailable at once when no broker answers.
     """
     from kafka import KafkaConsumer
+
+    check_broker(settings)
 
     consumer = KafkaConsumer(
         settings.transitions_topic, bootstrap_servers=settings.bootstrap_servers, group_id=None,

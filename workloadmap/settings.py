@@ -20,6 +20,10 @@ from workloadmap.catalog import records
 SECRET = {"sasl_password"}
 
 
+# The one warehouse file every command defaults to: `demo` (and `make demo`) writes it, the
+# analytics commands read it, the writer and the embedded watchers write it.
+DEFAULT_DUCKDB = "workloadmap.duckdb"
+
 class SettingsError(ValueError):
     """A config file that cannot be read, is not a mapping of settings, or names an unknown one."""
 
@@ -35,7 +39,7 @@ class Settings:
     pods_topic: str = records.PODS_TOPIC
     nodes_topic: str = records.NODES_TOPIC
     owners_topic: str = records.OWNERS_TOPIC    # the processors' owner links and pending pods (compacted)
-    duckdb: str = "workloadmap.duckdb"
+    duckdb: str = DEFAULT_DUCKDB
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"
     partitions: int = 3

@@ -108,3 +108,19 @@ def test_ctrl_c_in_capacity_exits_130_at_once(demo_warehouse):
                                    "--until", "2026-12-01", "--step", "1h",
                                    "--by", "cluster,namespace,framework,kind"], after=5)
     assert code == 130 and one_line(err) == "interrupted" and took < 5
+
+
+def test_feed_from_the_topic_with_no_broker_is_said_at_once(no_broker):
+    code, _, err, took = run("feed", "--bootstrap-servers", no_broker)
+    assert code == 1 and took < 15 and one_line(err).startswith(f"error: no Kafka broker at {no_broker}")
+
+
+def test_demo_refuses_to_mix_its_clusters_into_a_real_history(tmp_path):
+    """The demo and the analytics commands share one default file (workloadmap.duckdb): a real
+    history there must not receive simulated clusters."""
+    from tests.analytics_history import build
+    path = tmp_path / "real.duckdb"
+    build(path)   # clusters a and b: not the simulator's
+    code, _, err, _ = run("demo", "--duckdb", str(path), "--workloads", "5", "--days", "1")
+    assert code == 1
+    assert one_line(err) == f"error: {path} holds clusters the demo does not simulate (a, b): give the demo another --duckdb"
