@@ -1,7 +1,8 @@
 """Benchmark: resolving a corpus of realistic objects across all definitions, on one core.
 
 The corpus is every bundled example object (all frameworks, several states),
-repeated with distinct names and uids up to --objects.  Figures, all from one
+repeated with distinct names and uids up to --objects; the objects their references
+name (the TrainJobs' runtimes) are at hand, as `resolve -f` has them.  Figures, all from one
 run, one JSON line:
 
 - cold: every object resolved from scratch (distinct objects) by the resolver
@@ -36,9 +37,9 @@ import time
 
 import jq as libjq
 
-from workloadmap.catalog import Catalog, Resolver
+from workloadmap.catalog import Catalog, ObjectIndex, Resolver
 from workloadmap.catalog.jqlang import Program
-from workloadmap.catalog.registry import bundled_examples
+from workloadmap.catalog.registry import bundled_examples, bundled_related
 
 
 def corpus(n: int) -> list[dict]:
@@ -60,7 +61,8 @@ def main():
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    catalog = Catalog.builtin()
+    # the objects the examples' references name (the TrainJobs' runtimes), at hand as in `resolve -f`
+    catalog = Catalog.builtin(lookup=ObjectIndex(bundled_related()))
     objects = corpus(args.objects)
     gc.freeze()                          # as the services do (workloadmap/running.py)
     gc.set_threshold(50_000, 20, 100)
@@ -71,7 +73,7 @@ def main():
     reference_resolver = Resolver()
 
     def reference(obj):
-        return reference_resolver.reference(obj, catalog.definition_for(obj))
+        return reference_resolver.reference(obj, catalog.definition_for(obj), catalog.lookup)
 
     for obj in objects[:2000]:
         generated(obj)  # warm-up: compiles each definition's code, fills caches

@@ -489,13 +489,17 @@ class CompiledDefinition:
         self.components = b.function(f"components_{_ident(definition.name)}", ["obj", "gpus"])
 
 
-def _status_programs(sd: StatusDefinition):
+def _status_exprs(sd: StatusDefinition) -> list:
     exprs = [sd.phase, sd.conditions] + [m.expression for ms in sd.mappings.values() for m in ms]
-    return [e.program for e in exprs if e is not None]
+    return [e for e in exprs if e is not None]
 
 
-def component_programs(definition: Definition, comp: Component) -> list:
-    """The programs a component's resolution evaluates (its child status's included)."""
+def _status_programs(sd: StatusDefinition):
+    return [e.program for e in _status_exprs(sd)]
+
+
+def component_exprs(definition: Definition, comp: Component) -> list:
+    """The expressions a component's resolution evaluates (its child status's included)."""
     exprs = [comp.instance_id]
     if comp.spec is not None:
         exprs += [comp.spec.pod_template, comp.spec.pod_spec, comp.spec.metadata, *comp.spec.fragments.values(),
@@ -503,10 +507,15 @@ def component_programs(definition: Definition, comp: Component) -> list:
     if comp.scale is not None:
         s = comp.scale
         exprs += [s.replicas, s.min_replicas, s.max_replicas, s.pods_per_replica]
-    programs = [e.program for e in exprs if e is not None]
+    exprs = [e for e in exprs if e is not None]
     if comp.status is not None and comp is not definition.root:
-        programs += _status_programs(comp.status)
-    return programs
+        exprs += _status_exprs(comp.status)
+    return exprs
+
+
+def component_programs(definition: Definition, comp: Component) -> list:
+    """The programs a component's resolution evaluates (its child status's included)."""
+    return [e.program for e in component_exprs(definition, comp)]
 
 
 def _no_status(obj):
@@ -528,5 +537,6 @@ def compile_definition(definition: Definition) -> CompiledDefinition | None:
         return None
 
 
-__all__ = ["Bail", "CompiledDefinition", "align", "compile_definition", "component_programs", "fragment_template",
+__all__ = ["Bail", "CompiledDefinition", "align", "compile_definition", "component_exprs", "component_programs",
+           "fragment_template",
            "read_count", "read_replicas"]

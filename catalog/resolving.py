@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .compiling import (MAX_COUNT, align, compile_definition, component_programs, fragment_template, read_count,
+from .compiling import (MAX_COUNT, align, compile_definition, component_exprs, fragment_template, read_count,
                         read_replicas)
 from .definitions import Component, Definition, Expr, RelatedKey
 from .jqlang import JqError
@@ -106,13 +106,12 @@ MAX_BYTES = 2**63 - 1
 
 def _cache_paths(definition: Definition) -> tuple | None:
     """The paths outside `.spec` that the component tree reads (their values join the cache
-    key), or None when it may read anything (never cached; also when it reads other objects)."""
-    if definition.references:
-        return None
+    key), or None when it may read anything (never cached).  A reference's variable is no path
+    of the object (the referenced objects' versions join the key: _related_versions)."""
     paths: set = set()
     for comp in definition.components:
-        for program in component_programs(definition, comp):
-            read = paths_read(program.source)
+        for expr in component_exprs(definition, comp):
+            read = paths_read(expr.source)
             if read is ANY:
                 return None
             paths |= {p for p in read if p[0] != "spec"}
@@ -145,8 +144,8 @@ class Resolver:
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
 
-    def _cache_key(self, definition: Definition, obj: dict, meta: dict):
-        if not self.cache_size:
+    def _cache_key(self, definition: Definition, obj: dict, meta: dict, related: tuple | None = ()):
+        if not self.cache_size or related is None:
             return None
         uid, generation = meta.get("uid"), meta.get("generation")
         if not isinstance(uid, str) or not isinstance(generation, int) or isinstance(generation, bool):
@@ -157,7 +156,7 @@ class Resolver:
         if rule.paths is None:
             return None
         if not rule.paths:
-            return (rule, uid, generation)
+            return (rule, uid, generation, related) if related else (rule, uid, generation)
         values = []
         for path in rule.paths:
             value = obj
@@ -167,7 +166,7 @@ class Resolver:
                 elif value is not None:
                     return None   # a shape the components read otherwise (or refuse): not cached
             values.append(repr(value))   # repr tells 1, 1.0 and True apart, and keeps key order
-        return (rule, uid, generation, tuple(values))
+        return (rule, uid, generation, tuple(values), related)
 
     def resolve(self, obj: dict, definition: Definition, lookup=None) -> ResolvedWorkload:
         """The resolved workload, through the definition's generated code (compiling.py);
@@ -197,9 +196,10 @@ class Resolver:
             return self.reference(obj, definition)
         return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
 
-    def _components(self, definition: Definition, obj: dict, meta: dict, compute, gpus):
+    def _components(self, definition: Definition, obj: dict, meta: dict, compute, gpus,
+                    related: tuple | None = ()):
         """(views, total, pods): from the cache, or `compute(obj, gpus)` and summed."""
-        key = self._cache_key(definition, obj, meta)
+        key = self._cache_key(definition, obj, meta, related)
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None:
@@ -279,7 +279,7 @@ class Resolver:
         status, statuses, phase, conditions = self._status(ev, definition.root)
         views, total, pods = self._components(
             definition, obj, meta, lambda o, gpus: [v for comp in definition.components for v in self._component(ev, comp)],
-            self.gpus)
+            self.gpus, _related_versions(ev.bound[1:]) if ev.bound is not None else ())
         workload = self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
         workload.references = references
         return workload
@@ -464,6 +464,22 @@ def _related_keys(ev: _Evaluation, definition: Definition, obj: dict, meta: dict
                 ev.fail(ref.namespace_selector.field, f"a namespace must be a string, got {type(namespace).__name__}")
         keys.append(RelatedKey(ref.name, chosen.gvk, namespace, name))
     return keys
+
+
+def _related_versions(related: list) -> tuple | None:
+    """What identifies the referenced objects' content in a cache key: uid and resourceVersion
+    of each (None for one not found); None when one lacks them (the object is then not cached)."""
+    out = []
+    for obj in related:
+        if obj is None:
+            out.append(None)
+            continue
+        meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not isinstance(uid, str) or not isinstance(rv, str):
+            return None
+        out.append((uid, rv))
+    return tuple(out)
 
 
 def _reference_record(ref, key, found) -> dict:

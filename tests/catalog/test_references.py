@@ -165,3 +165,26 @@ def test_references_are_in_the_record_schema(catalog):
     validator = jsonschema.Draft7Validator(records.schema("resolved-workload"))
     for job in example_objects("trainjob").values():
         validator.validate(catalog.resolve(job, ObjectIndex(RUNTIMES)).to_dict())
+
+
+def test_cached_components_follow_the_referenced_object_s_version(catalog):
+    """A status update reuses the component tree; a new version of the runtime (another
+    resourceVersion) or its absence is another key, so the pods follow it."""
+    from workloadmap.catalog import Catalog, Resolver
+
+    cached = Catalog(catalog, resolver=Resolver(cache_size=100))
+    runtime = copy.deepcopy(next(r for r in RUNTIMES if r["metadata"]["name"] == "torch-distributed"))
+    job = copy.deepcopy(example_objects("trainjob")["llama-finetune"])
+    del job["spec"]["trainer"]["numNodes"]                      # the count is the runtime's mlPolicy.numNodes
+    assert cached.resolve(job, ObjectIndex([runtime])).pods == 1
+    update = {**job, "metadata": {**job["metadata"], "resourceVersion": "5120774"}}
+    assert cached.resolve(update, ObjectIndex([runtime])).pods == 1
+    runtime["spec"]["mlPolicy"]["numNodes"] = 3
+    runtime["metadata"]["resourceVersion"] = "4410022"
+    assert cached.resolve(update, ObjectIndex([runtime])).pods == 3
+    assert cached.resolve(update, ObjectIndex()).pods == 0
+    # a referenced object without a resourceVersion cannot be told from its next version: not cached
+    del runtime["metadata"]["resourceVersion"]
+    assert cached.resolve(update, ObjectIndex([runtime])).pods == 3
+    runtime["spec"]["mlPolicy"]["numNodes"] = 2
+    assert cached.resolve(update, ObjectIndex([runtime])).pods == 2

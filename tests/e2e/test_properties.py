@@ -90,6 +90,38 @@ def test_malformed_objects_resolve_or_fail_clearly(data):
     _resolve_or_clear_error(obj)
 
 
+RELATED = bundled_related()
+TRAINJOBS = [e for e in EXAMPLES if e["kind"] == "TrainJob"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_malformed_referenced_objects_resolve_or_fail_clearly(data):
+    """The object a reference names is another object of the cluster, as untrusted as the workload:
+    a TrainJob resolved with a mangled runtime gets a record or a clear error, within the bounds."""
+    runtime = copy.deepcopy(data.draw(st.sampled_from(RELATED)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        # its identity stays (it is the object the TrainJob names), everything else may be anything
+        paths = [p for p in _paths(runtime) if p and p[0] not in ("apiVersion", "kind", "metadata")]
+        if not paths:
+            break
+        runtime = _mutate(runtime, data.draw(st.sampled_from(paths)), data.draw(st.sampled_from(["delete", "replace"])),
+                          copy.deepcopy(data.draw(WEIRD)))
+    job = copy.deepcopy(data.draw(st.sampled_from(TRAINJOBS)))
+    job["spec"]["runtimeRef"] = {"name": runtime["metadata"]["name"], "kind": runtime["kind"]}
+    job["metadata"]["namespace"] = runtime["metadata"].get("namespace") or job["metadata"]["namespace"]
+    started = time.perf_counter()
+    try:
+        record = CATALOG.resolve(job, ObjectIndex([runtime])).to_dict()
+    except ResolveError as exc:
+        assert str(exc)
+    else:
+        json.dumps(record)
+        assert record["total"]["pods"] >= 0
+    finally:
+        assert time.perf_counter() - started < 10, "resolution must be bounded"
+
+
 def test_deeply_nested_object_fails_clearly():
     obj = copy.deepcopy(next(e for e in EXAMPLES if e["kind"] == "JobSet"))
     obj["status"] = {"conditions": _deep(50_000)}
