@@ -306,6 +306,7 @@ class ClusterWatcher:
         self.changed = threading.Event()           # definitions or wanted owner kinds changed: look at the kinds again
         self.wanted: set[tuple[str, str]] = set()  # owner kinds a published object named as its controller
         self._owner_kinds: frozenset = frozenset()
+        self._kinds_started = threading.Event()    # the first _start_kinds is done
         self._pod_paths: tuple = ()
         self._saved: dict[str, dict[str, Tracked]] = {}
         self._threads: list[threading.Thread] = []
@@ -451,10 +452,13 @@ class ClusterWatcher:
                     meta["namespace"] = tracked.namespace
                 self.publish(records.raw_event(self.cluster.id, "DELETED",
                                                {"apiVersion": api_version, "kind": kind, "metadata": meta}))
+        self._kinds_started.set()
 
     def synced(self) -> bool:
-        """Whether every kind watcher started so far has published its first list."""
-        return bool(self.watchers) and all(w.synced.is_set() or w.finished for w in self.watchers.values())
+        """Whether the kinds were started and every kind watcher started so far has published its first
+        list (the definitions' watcher alone, synced before the kinds start, is not synced)."""
+        return (self._kinds_started.is_set() and bool(self.watchers)
+                and all(w.synced.is_set() or w.finished for w in list(self.watchers.values())))
 
     def checkpoint(self) -> None:
         """Save what was published, once the publisher acknowledged it (flush first)."""

@@ -123,7 +123,8 @@ def test_owned_objects_are_published_and_owner_kinds_watched_once_named(kube_clu
         adopted = wait_for(lambda: [e for e in recorder.full(ns) if e["object"]["metadata"]["name"] == "dataset-tokenize"
                                     and e["object"]["metadata"].get("ownerReferences")], what="the adopted Job")
         assert adopted[0]["type"] == "MODIFIED"
-        assert "apps/ReplicaSet" not in watching.clusters[0].watchers
+        # (the API server is shared by the session's tests: another test's pods may have named a
+        # ReplicaSet already, so only "watched once named" is checked, below)
         deployment = k.create(kube_cluster, k.example("Deployment", "embedding-server"), ns)
         rs = kube_cluster.request("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", {
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
