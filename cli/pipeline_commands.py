@@ -43,13 +43,13 @@ def pod_series_option(f):
 
 
 def serving(action):
-    """Run `action`, a bad or taken listen address as a usage error of --metrics / --listen."""
+    """Run `action`, a bad or taken listen address as a usage error of --metrics / --listen / --serve."""
     from workloadmap.exporter.serving import AddressError
 
     try:
         return action()
     except AddressError as exc:
-        raise click.BadParameter(str(exc), param_hint="--metrics / --listen") from None
+        raise click.BadParameter(str(exc), param_hint="--metrics / --listen / --serve") from None
     except OSError as exc:
         raise click.UsageError(f"cannot listen: {exc}") from None
 
@@ -81,15 +81,22 @@ def run_exporter(listen, pod_series, **options):
               help="Pricing file (as `cost --pricing`; or WORKLOADMAP_PRICING): the writer keeps the finished days' "
                    "cost rows by workload priced with it, so daily reports by workload with it read them.")
 @metrics_option
+@click.option("--serve", "serve", default=None, metavar="[HOST]:PORT",
+              help="Also answer read-only JSON queries here (capacity, cost, a workload, the transitions as "
+                   "server-sent events), from what is committed now; a bearer token from WORKLOADMAP_SERVE_TOKEN "
+                   "or the file WORKLOADMAP_SERVE_TOKEN_FILE names.")
 @settings_options
-def run_warehouse(snapshot_path, snapshot_every, metrics, **options):
+def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
     """Write workload records and transitions into the DuckDB warehouse (the single writer)."""
     from workloadmap import running
     from workloadmap.warehouse.pricing import PricingError
 
     try:  # the pricing file is read first, before Kafka
-        totals = serving(lambda: running.run_warehouse(from_options(options), snapshot_path=snapshot_path,
-                                                       snapshot_every=snapshot_every, metrics=metrics))
+        totals = serving(lambda: running.run_warehouse(
+            from_options(options), snapshot_path=snapshot_path, snapshot_every=snapshot_every, metrics=metrics,
+            serve=serve, started=lambda server: click.echo(
+                f"serving reads on {serve} (port {server.port}){' with a bearer token' if server.token else ''}",
+                err=True)))
     except PricingError as exc:
         raise click.BadParameter(str(exc), param_hint="--pricing") from None
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "

@@ -209,7 +209,7 @@ class KafkaWarehouseWriter:
                  transitions_topic: str = TRANSITIONS_TOPIC, pods_topic: str = PODS_TOPIC,
                  nodes_topic: str = NODES_TOPIC,
                  snapshot_path: str | os.PathLike | None = None, snapshot_every_s: float = 60.0,
-                 on_batch=None, pricing: Pricing | None = None):
+                 on_batch=None, pricing: Pricing | None = None, between_batches=None):
         self.bootstrap_servers = bootstrap_servers
         self.topics = tuple(topics)
         self.group_id = group_id
@@ -224,6 +224,8 @@ class KafkaWarehouseWriter:
         self.snapshot_path = snapshot_path
         self.snapshot_every_s = snapshot_every_s
         self.on_batch = on_batch  # called with (WriteResult, message count) after each commit
+        # called with the Warehouse after each poll, committed or idle (answering.ReadServer.answer)
+        self.between_batches = between_batches
         self.warehouse = Warehouse(path, consumer=group_id, pricing=pricing)
         # One DuckDB thread: a batch is a dozen small statements, and spread over threads they
         # cost more CPU and wait for cores the processors and the broker also want.
@@ -368,6 +370,8 @@ class KafkaWarehouseWriter:
         try:
             while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
                 self.poll_batch()
+                if self.between_batches is not None:
+                    self.between_batches(self.warehouse)
         finally:
             self.close()
         return self.totals

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 from workloadmap.catalog import Catalog, records
 from workloadmap.exporter.consuming import TopicsConsumer
-from workloadmap.exporter.serving import MetricsServer
+from workloadmap.exporter.serving import MetricsServer, parse_address
 from workloadmap.exporter.tracking import DEADLETTERS, NODES, PODS, TRANSITIONS, WORKLOADS, Health, Tracker
 from workloadmap.ingest.clusters import Cluster, ClusterConfigError, ClusterSpec, connect
 from workloadmap.ingest.publishing import KafkaPublisher
 from workloadmap.ingest.watching import Watching, WatchingFailed
+from workloadmap.warehouse.answering import ReadServer
 from workloadmap.warehouse.consuming import KafkaWarehouseWriter
 from workloadmap.warehouse.pricing import Pricing, load_pricing
 from workloadmap.warehouse.writing import Warehouse, WriteResult
@@ -212,7 +213,8 @@ def serve_tracker(tracker: Tracker, address: str, *, stop: threading.Event | Non
 
 
 def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snapshot_every: float = 60.0,
-                  stop: threading.Event | None = None, metrics: str | None = None) -> WriteResult:
+                  stop: threading.Event | None = None, metrics: str | None = None, serve: str | None = None,
+                  started: Callable[[ReadServer], object] = lambda server: None) -> WriteResult:
     """The single writer of the warehouse, until `stop` (default: SIGTERM or SIGINT) is set.
 
     Returns the totals written, once the batch in hand is committed and the
@@ -220,23 +222,33 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     refreshed every `snapshot_every` seconds, for readers while it runs.
     With `metrics` ([HOST]:PORT), the exporter's series are served there too
     (an exporter consumer in the same process, reading the same topics).
+    With `serve` ([HOST]:PORT), the fresh reads are served there (warehouse/answering.py):
+    `started` is told the server once it listens.
     """
     pricing = pricing_of(settings)
+    token = settings.read_token()  # an unreadable token file fails before anything starts
     ensure_topics(settings)
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
     exporter = start_exporter(settings, metrics, role="warehouse-exporter") if metrics else None
+    reads = None
+    if serve:
+        reads = ReadServer(parse_address(serve), token=token)
+        started(reads)
     writer = KafkaWarehouseWriter(
         settings.bootstrap_servers, settings.duckdb, pricing=pricing,
         topics=(settings.workloads_topic, settings.transitions_topic, settings.pods_topic, settings.nodes_topic),
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
         transitions_topic=settings.transitions_topic, pods_topic=settings.pods_topic,
-        nodes_topic=settings.nodes_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every)
+        nodes_topic=settings.nodes_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every,
+        between_batches=None if reads is None else reads.answer)
     collect_garbage_rarely()
     try:
         return writer.run(stop)
     finally:
+        if reads is not None:
+            reads.close()
         if exporter is not None:
             exporter.close()
 

@@ -17,7 +17,7 @@ import yaml
 
 from workloadmap.catalog import records
 
-SECRET = {"sasl_password"}
+SECRET = {"sasl_password", "serve_token"}
 
 
 # The one warehouse file every command defaults to: `demo` (and `make demo`) writes it, the
@@ -54,6 +54,26 @@ class Settings:
     clusters: tuple[str, ...] = ()            # ID=CONTEXT | ID=FILE[#CONTEXT] | ID=in-cluster
     kubeconfig: str | None = None
     checkpoint_dir: str = "workloadmap-watchers"
+    # the fresh reads over HTTP (`run warehouse --serve`): the bearer token they require, given
+    # as itself (environment or config file only) or as a file holding it (a mounted Secret)
+    serve_token: str | None = None
+    serve_token_file: str | None = None
+
+    def read_token(self) -> str | None:
+        """The bearer token of the HTTP reads: ``serve_token``, else the first line of
+        ``serve_token_file``; None when neither is set.  SettingsError for an unreadable or empty file."""
+        if self.serve_token:
+            return self.serve_token
+        if not self.serve_token_file:
+            return None
+        try:
+            with open(self.serve_token_file, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except OSError as exc:
+            raise SettingsError(f"serve_token_file {self.serve_token_file}: {exc.strerror}") from None
+        if not token:
+            raise SettingsError(f"serve_token_file {self.serve_token_file}: the file is empty")
+        return token
 
     def security(self) -> dict:
         """kafka-python style security options (empty for PLAINTEXT)."""

@@ -10,6 +10,7 @@
 --   $clusters, $namespaces, $kinds
 --                VARCHAR[] filters, NULL = no filter
 --   $statuses    VARCHAR[] of to-statuses, NULL = any
+--   $limit       INTEGER, the first rows only (a reader that takes a bounded number per read), NULL = all
 SELECT rowid AS row, cluster, namespace, name, kind, uid, framework, definition,
        from_status, to_status, transitioned_at, gpus, previous_duration_seconds
 FROM transitions
@@ -20,3 +21,4 @@ WHERE ($after_row IS NULL OR rowid > $after_row)
   AND ($kinds IS NULL OR list_contains($kinds, kind))
   AND ($statuses IS NULL OR list_contains($statuses, to_status))
 ORDER BY CASE WHEN $after_row IS NULL THEN transitioned_at END, rowid
+LIMIT $limit

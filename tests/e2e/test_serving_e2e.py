@@ -1,0 +1,110 @@
+"""`workloadmap run warehouse --serve` on a real Kafka broker: the writer's process answers what it committed.
+
+The records and transitions are the hand-built history of tests/analytics_history.py, published
+to this test's topics with its clusters renamed; the expected numbers are that module's, derived
+by hand (tests/warehouse/test_answering.py says how).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+from kafka import KafkaProducer
+
+from tests.analytics_history import records_and_transitions
+from tests.e2e.test_exporter_e2e import _wait, topics  # noqa: F401 (the fixture)
+from tests.services.prometheus import free_port
+from workloadmap.catalog import records
+
+TOKEN = "e2e-token-7f3a"
+
+
+def _get(url: str, token: str | None = TOKEN):
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError:
+        return None, None
+
+
+def _publish(bootstrap: str, env: dict, cluster: str, recs: list, transitions: list) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for r in recs:
+        r = {**r, "cluster": f"{cluster}-{r['cluster']}"}
+        producer.send(env["WORKLOADMAP_WORKLOADS_TOPIC"], key=records.record_key(r["cluster"], r["uid"]),
+                      value=records.encode(r))
+    for t in transitions:
+        t = {**t, "cluster": f"{cluster}-{t['cluster']}"}
+        producer.send(env["WORKLOADMAP_TRANSITIONS_TOPIC"], key=records.record_key(t["cluster"], t["uid"]),
+                      value=records.encode(t))
+    producer.flush()
+    producer.close()
+
+
+def _stream(url: str, count: int, out: list) -> None:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        event: dict = {}
+        while len(out) < count:
+            line = resp.readline().decode().rstrip("\n")
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+            elif line == "" and event:
+                out.append(event)
+                event = {}
+
+
+def test_the_writer_answers_capacity_and_streams_transitions_as_it_commits_them(kafka_broker, topics, tmp_path):  # noqa: F811
+    env, cluster = topics
+    recs, transitions = records_and_transitions()
+    _publish(kafka_broker.bootstrap_servers, env, cluster, recs, transitions)
+    port, log = free_port(), tmp_path / "warehouse.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "warehouse", "--bootstrap-servers",
+                             kafka_broker.bootstrap_servers, "--duckdb", str(tmp_path / "w.duckdb"),
+                             "--client-id", cluster, "--serve", f"127.0.0.1:{port}"],
+                            env={**os.environ, **env, "WORKLOADMAP_SERVE_TOKEN": TOKEN},
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        def committed():
+            assert proc.poll() is None, log.read_text()
+            status, body = _get(f"{base}/capacity?by=cluster&clusters={cluster}-a,{cluster}-b")
+            return status == 200 and len(body["items"]) == 2 and body
+        body = _wait(committed, "the writer to answer with both clusters", timeout=90)
+        items = {i["cluster"]: i for i in body["items"]}
+        # a: serve Running 4, train Completed 8 (all); b: big Failed 32, infer deleted
+        assert (items[f"{cluster}-a"]["running_gpus"], items[f"{cluster}-a"]["all_gpus"]) == (4, 12)
+        assert (items[f"{cluster}-b"]["running_gpus"], items[f"{cluster}-b"]["all_gpus"]) == (0, 32)
+        assert _get(f"{base}/capacity", token=None)[0] == 401
+        assert _get(f"{base}/capacity", token="wrong")[0] == 401
+        status, body = _get(f"{base}/workloads/{cluster}-a/ml/RayService/serve")
+        assert status == 200 and [h["status"] for h in body["history"]] == ["Running", "Degraded", "Running"]
+
+        # the feed from the beginning (the file is this test's): the 11 transitions, then one
+        # published while the client listens
+        events: list = []
+        reader = threading.Thread(target=_stream, args=(f"{base}/transitions?after=-1", 12, events), daemon=True)
+        reader.start()
+        _wait(lambda: len(events) >= 11, "the 11 transitions on the feed", timeout=60)
+        late = {**transitions[0], "from": "Completed", "to": "Deleted", "at": "2026-11-01T07:00:00Z", "gpus": 0,
+                "previousDurationSeconds": 7200.0}
+        _publish(kafka_broker.bootstrap_servers, env, cluster, [], [late])
+        reader.join(60)
+        assert len(events) == 12, log.read_text()
+        # in arrival order, which across the topic's partitions is not time order: compared as sets
+        assert sorted((e["name"], e["to_status"], e["transitioned_at"]) for e in events[:11]) == \
+            sorted((t["name"], t["to"], t["at"]) for t in transitions)
+        assert (events[-1]["name"], events[-1]["to_status"]) == ("train", "Deleted")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
