@@ -142,7 +142,8 @@ class Run:
                         WORKLOADMAP_RAW_TOPIC=f"raw-{tag}", WORKLOADMAP_WORKLOADS_TOPIC=f"workloads-{tag}",
                         WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{tag}",
                         WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{tag}",
-                        WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{tag}",
+                        WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{tag}", WORKLOADMAP_PODS_TOPIC=f"pods-{tag}",
+                        WORKLOADMAP_NODES_TOPIC=f"nodes-{tag}", WORKLOADMAP_OWNERS_TOPIC=f"owners-{tag}",
                         WORKLOADMAP_CLIENT_ID=f"bench-{tag}", WORKLOADMAP_PARTITIONS=str(partitions))
         self.tag = tag
         self.partitions = partitions
