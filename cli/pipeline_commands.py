@@ -117,9 +117,12 @@ def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
 @click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
               help="Add definitions from a YAML file (repeatable); the cluster's own WorkloadMaps override them.")
 @metrics_option
+@click.option("--serve", "serve", default=None, metavar="[HOST]:PORT",
+              help="With --embedded: also answer read-only JSON queries of the warehouse here (as `run "
+                   "warehouse --serve`).")
 @pod_series_option
 @settings_options
-def run_watchers(embedded, definition_files, metrics, pod_series, **options):
+def run_watchers(embedded, definition_files, metrics, serve, pod_series, **options):
     """Watch clusters (list + watch every catalog kind they serve) and publish raw object events."""
     from workloadmap import running
     from workloadmap.ingest.clusters import ClusterConfigError
@@ -130,6 +133,8 @@ def run_watchers(embedded, definition_files, metrics, pod_series, **options):
     settings = from_options(options)
     if not settings.clusters:
         raise click.UsageError("give at least one --cluster ID=SOURCE (or `clusters` in --config)")
+    if serve and not embedded:
+        raise click.UsageError("--serve needs --embedded (with a broker, `run warehouse --serve` answers the reads)")
     try:
         clusters = running.connect_clusters(settings)
     except ClusterConfigError as exc:
@@ -139,7 +144,7 @@ def run_watchers(embedded, definition_files, metrics, pod_series, **options):
     try:
         serving(lambda: running.run_watchers(
             settings, clusters, catalog, embedded=embedded, stop=running.stop_on_signals(), metrics=metrics,
-            pod_series=pod_series == "on",
+            pod_series=pod_series == "on", serve=serve,
             started=lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}",
                                               err=True)))
     except WatchingFailed as exc:

@@ -527,6 +527,12 @@ class Watching:
                 self._failed(f"publishing into {self.publisher!r}", exc)
                 raise
 
+    def between_publishes(self, action) -> None:
+        """Run `action()` while no event is being published: an embedded publisher's warehouse is then
+        the caller's (``run watchers --embedded --serve`` answers its HTTP reads this way)."""
+        with self._publish_lock:
+            action()
+
     def _flush(self) -> None:
         with self._publish_lock:
             if self.failure is not None:

@@ -265,7 +265,7 @@ def connect_clusters(settings: Settings) -> list[Cluster]:
 
 def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, *, embedded: bool = False,
                  stop: threading.Event | None = None, started: Callable[[str], object] = lambda target: None,
-                 metrics: str | None = None, pod_series: bool = True) -> None:
+                 metrics: str | None = None, pod_series: bool = True, serve: str | None = None) -> None:
     """Watch `clusters` and publish their raw events until `stop` (default: SIGTERM or SIGINT) is set.
 
     Into the raw topic, or with `embedded` through an EmbeddedPipeline into the
@@ -273,12 +273,16 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
     events go once publishing can start.  With `metrics` ([HOST]:PORT), the
     watchers' counters (events, relists, errors by cluster and kind) are served
     there, ready once every cluster is listed; embedded, with the exporter's
-    series of the records the pipeline makes.  On return the checkpoints are
+    series of the records the pipeline makes.  With `serve` ([HOST]:PORT, embedded only) the
+    warehouse's fresh reads are served there, answered between publishes.  On return the checkpoints are
     saved and the publisher, the warehouse, the server and the clusters are closed.  Raises
     WatchingFailed when the publisher or a watcher thread failed (the watchers stop at once: a
     process that went on would publish nothing more, silently).
     """
+    if serve and not embedded:
+        raise ValueError("serving the warehouse's reads needs the embedded pipeline (run warehouse --serve otherwise)")
     quiet_kafka_logs()
+    token = settings.read_token() if serve else None
     stop = stop or stop_on_signals()
     tracker = Tracker(pod_series=pod_series, health=Health(consumer="embedded")) if metrics else None
     if embedded:
@@ -298,13 +302,20 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
                                 ready=watching.synced) if embedded
                   else MetricsServer(metrics, tracker.health.exposition, ready=watching.synced)).start()
         target += f"; metrics at http://{metrics}/metrics"
+    reads = None
+    if serve:
+        reads = ReadServer(parse_address(serve), token=token)
+        target += f"; reads at http://{serve}/api/v1"
     started(target)
     collect_garbage_rarely()   # a relist parses pages of hundreds of objects while the tracked set grows
     try:
         with watching:
-            while not stop.wait(0.5):
-                pass
+            while not stop.wait(0.5 if reads is None else 0.1):
+                if reads is not None:
+                    watching.between_publishes(lambda: reads.answer(warehouse))
     finally:
+        if reads is not None:
+            reads.close()
         try:
             publisher.close()
         except Exception:

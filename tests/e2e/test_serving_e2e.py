@@ -108,3 +108,48 @@ def test_the_writer_answers_capacity_and_streams_transitions_as_it_commits_them(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
+
+
+def test_the_embedded_watchers_answer_reads_of_what_they_wrote(kube_cluster, tmp_path):
+    """`run watchers --embedded --serve`: an MPIJob of a real API server, its record and the cluster's
+    capacity read over HTTP (the token from a file), its deletion streamed as a transition."""
+    from tests import kube_objects as k
+    from workloadmap.catalog import Catalog
+
+    ns = k.namespace(kube_cluster, "served")
+    obj = k.example("MPIJob", "tensorflow-benchmarks")
+    k.create(kube_cluster, obj, ns)
+    expected = Catalog.builtin().resolve(obj).to_dict()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    port, log = free_port(), tmp_path / "watchers.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "watchers", "--embedded", "--duckdb",
+                             str(tmp_path / "w.duckdb"), "--cluster", f"lab={kube_cluster.kubeconfig}",
+                             "--checkpoint-dir", str(tmp_path / "cp"), "--serve", f"127.0.0.1:{port}"],
+                            env={**os.environ, "WORKLOADMAP_SERVE_TOKEN_FILE": str(token_file)},
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        def record():
+            assert proc.poll() is None, log.read_text()
+            status, body = _get(f"{base}/workloads/lab/{ns}/MPIJob/tensorflow-benchmarks")
+            return status == 200 and body
+        body = _wait(record, "the MPIJob's record over HTTP (the pipeline flushes before each checkpoint)",
+                     timeout=120)
+        assert body["workload"]["status"] == expected["status"]
+        assert body["record"]["total"]["gpu"] == expected["total"]["gpu"]
+        status, capacity = _get(f"{base}/capacity?clusters=lab&namespaces={ns}")
+        assert status == 200 and capacity["items"][0]["all_gpus"] == expected["total"]["gpu"]
+        assert _get(f"{base}/capacity", token=None)[0] == 401
+
+        events: list = []
+        reader = threading.Thread(target=_stream, args=(f"{base}/transitions?after=-1", 2, events), daemon=True)
+        reader.start()
+        _wait(lambda: len(events) >= 1, "the MPIJob's first transition on the feed", timeout=60)
+        kube_cluster.request("DELETE", f"/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs/tensorflow-benchmarks")
+        reader.join(60)
+        assert [(e["name"], e["to_status"]) for e in events] == [
+            ("tensorflow-benchmarks", expected["status"]), ("tensorflow-benchmarks", "Deleted")], log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
