@@ -1,4 +1,4 @@
-"""Processing raw object events into workload records, transitions and dead letters.
+"""Processing raw object events into workload, pod and node records, transitions and dead letters.
 
 This is the whole of the processors' logic, free of any transport: the
 embedded pipeline (embedding.py) calls :meth:`Processor.process` with a
@@ -15,8 +15,10 @@ previous status and since when it held.  The state of an object is exactly
 its latest record (its resourceVersion, status and statusSince), so in the
 faust app the records topic itself is the state's changelog: a record and the
 state it implies are one write and cannot diverge after a crash.  State is
-keyed by the message key (cluster/uid), so workers that split the partitions
-split the state with them.
+kept per raw partition and keyed by object (cluster/uid); every event of an
+object is in one raw partition (the message key is its cluster/namespace:
+``records.raw_key``), so workers that split the partitions split the state
+with them.  Pods, nodes and the owners pods point at are attributing.py's.
 
 Every record carries ``previousStatus``, ``previousStatusSince`` and
 ``statusSince``; a transition is a record whose status differs from its
