@@ -21,7 +21,7 @@ from workloadmap.warehouse.querying import (
     QueryError, ReadOnlyViolation, WarehouseUnavailable, run_query, run_sql)
 from workloadmap.warehouse.values import jsonable, number, parse_step
 
-from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
+from .options import Instant, connect, history_end, duckdb_option, filter_options, from_options, settings_options, split_values
 from .outputs import duration, emit, fail, output_option, terminal_safe
 
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
@@ -119,9 +119,7 @@ def capacity(duckdb_path, by, at, since, until, step, top, resource, allocation,
     conn = connect(duckdb_path)
     try:
         if since is not None and until is None:
-            until = run_query(conn, "history_bounds").rows[0][1]
-            if until is None:
-                fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
+            until = history_end(conn, duckdb_path)
         if since is not None and until <= since:
             raise click.UsageError("--until must be after --since")
         if top is not None:
@@ -227,9 +225,7 @@ def _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses,
             items = capacities.allocation(conn, at=at, by=dims, **filters)
         else:
             if until is None:
-                until = run_query(conn, "history_bounds").rows[0][1]
-                if until is None:
-                    fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
+                until = history_end(conn, duckdb_path)
             if until <= since:
                 raise click.UsageError("--until must be after --since")
             items = capacities.allocation_series(conn, since, until, step_delta, step_name=step, by=dims, **filters)

@@ -18,11 +18,11 @@ from rich.table import Table
 
 from workloadmap.warehouse import costing
 from workloadmap.warehouse.pricing import PricingError, load_pricing
-from workloadmap.warehouse.querying import QueryError, run_query
+from workloadmap.warehouse.querying import QueryError
 from workloadmap.warehouse.values import parse_instant
 
 from . import cost_html
-from .options import connect, duckdb_option, split_values
+from .options import connect, duckdb_option, history_end, split_values
 from .outputs import emit, fail, output_option
 
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
@@ -336,9 +336,7 @@ def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initi
     conn = connect(duckdb_path)
     try:
         if t1 is None:
-            t1 = run_query(conn, "history_bounds").rows[0][1]
-            if t1 is None:
-                fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
+            t1 = history_end(conn, duckdb_path)
         if t1 <= t0:
             raise click.BadParameter(f"{iso(t1)} is not after --since {iso(t0)}", param_hint="--until")
         if idle:

@@ -12,7 +12,7 @@ import datetime as dt
 import click
 
 from workloadmap.settings import DEFAULT_DUCKDB, Settings, SettingsError, load
-from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly
+from workloadmap.warehouse.querying import QueryError, WarehouseUnavailable, open_readonly, run_query
 from workloadmap.warehouse.values import parse_instant
 
 from .outputs import fail
@@ -88,3 +88,11 @@ def from_options(options: dict) -> Settings:
         return load(config, options)
     except SettingsError as exc:
         raise click.BadParameter(str(exc), param_hint="--config") from None
+
+
+def history_end(conn, path):
+    """The last instant of the history (a window's default end), or the reason there is none and exit status 1."""
+    end = run_query(conn, "history_bounds").rows[0][1]
+    if end is None:
+        fail(QueryError(f"{path}: the history is empty; give --until"))
+    return end

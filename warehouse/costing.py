@@ -62,6 +62,16 @@ def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
+def _window(since: datetime, until: datetime, step: timedelta | None) -> tuple[datetime, datetime]:
+    """A report's window in UTC, or ValueError when it is empty or its step is not positive."""
+    since, until = _utc(since), _utc(until)
+    if until <= since:
+        raise ValueError(f"the window is empty: until ({until.isoformat()}) is not after since ({since.isoformat()})")
+    if step is not None and step <= timedelta(0):
+        raise ValueError("step must be positive")
+    return since, until
+
+
 @dataclass
 class CostRow:
     """Resource-hours and cost of one group in one period."""
@@ -192,11 +202,7 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     bad = [d for d in by if d not in DIMENSIONS]
     if bad:
         raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(DIMENSIONS)})")
-    since, until = _utc(since), _utc(until)
-    if until <= since:
-        raise ValueError(f"the window is empty: until ({until.isoformat()}) is not after since ({since.isoformat()})")
-    if step is not None and step <= timedelta(0):
-        raise ValueError("step must be positive")
+    since, until = _window(since, until, step)
     columns = row_columns(by)
     by_workload = "workload" in columns
     query = "cost_report"
@@ -245,9 +251,7 @@ def idle_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     bad = [d for d in by if d not in IDLE_DIMENSIONS]
     if bad:
         raise ValueError(f"idle GPU-hours are by {' or '.join(IDLE_DIMENSIONS)}, not {', '.join(bad)}")
-    since, until = _utc(since), _utc(until)
-    if until <= since:
-        raise ValueError(f"the window is empty: until ({until.isoformat()}) is not after since ({since.isoformat()})")
+    since, until = _window(since, until, step)
     # whole UTC days: the closed pod intervals from the writer's daily_allocation (idle_cost.sql)
     rolled = (since == datetime.combine(since.date(), time(), timezone.utc)
               and until == datetime.combine(until.date(), time(), timezone.utc)

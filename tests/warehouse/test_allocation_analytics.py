@@ -24,20 +24,16 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-import click
 import pytest
 from click.testing import CliRunner
 
 from tests.allocation_records import node, pod
-from workloadmap.cli import analytics_commands, cost_commands
+from workloadmap.cli.main import cli  # the real group (a group of its own would set the commands' help options)
 from workloadmap.warehouse import capacities, costing
 from workloadmap.warehouse.pricing import parse_pricing
 from workloadmap.warehouse.querying import open_readonly
 from workloadmap.warehouse.writing import Warehouse
 
-cli = click.Group("workloadmap")
-analytics_commands.register(cli)
-cost_commands.register(cli)
 
 UTC = timezone.utc
 DAY, NEXT = datetime(2026, 11, 2, tzinfo=UTC), datetime(2026, 11, 3, tzinfo=UTC)
