@@ -146,3 +146,69 @@ def test_pods_are_attributed_through_their_real_owner_chains(kube_cluster):
     assert {n: where(p) for n, p in latest(again).items()} == {n: where(p) for n, p in by_name.items()}
     first = next(p for p in again if p["name"] == "llama-workers-1-0")
     assert first["workload"] is None   # published while its Job had not come
+
+
+def _owned(kube, ns: str, api_version: str, kind: str, name: str, owner: dict) -> dict:
+    """An intermediate owner as its controller would create it: a minimal valid object of its kind."""
+    template = {"metadata": {"labels": {"owner": name}},
+                "spec": {"containers": [{"name": "c", "image": "registry.example/x:1"}]}}
+    spec = {"Deployment": {"replicas": 0, "selector": {"matchLabels": {"owner": name}}, "template": template},
+            "ReplicaSet": {"replicas": 0, "selector": {"matchLabels": {"owner": name}}, "template": template},
+            "StatefulSet": {"replicas": 0, "serviceName": name, "selector": {"matchLabels": {"owner": name}},
+                            "template": template},
+            "Job": {"suspend": True, "template": {"spec": {**template["spec"], "restartPolicy": "Never"}}},
+            }.get(kind, {})
+    body = {"apiVersion": api_version, "kind": kind, "spec": spec,
+            "metadata": {"name": name, "ownerReferences": [k.owner_reference(owner)]}}
+    return kube.request("POST", k.plural_path(body, ns), body)
+
+
+# The owners real controllers put between a workload and its pods (the operators' sources: a KServe raw
+# deployment's Deployment, a NIMService's Deployment, Milvus's component Deployments, each with their
+# ReplicaSets; KubeRay's RayCluster of a RayJob or RayService; a CronJob's Jobs; Dynamo's PodCliqueSet
+# on Grove, with its PodCliques; pods a PyTorchJob, MPIJob, RayCluster, Job or StatefulSet owns directly).
+CHAINS = {
+    "StatefulSet": (), "Job": (), "PyTorchJob": (), "MPIJob": (), "RayCluster": (),
+    "CronJob": (("batch/v1", "Job"),),
+    "RayJob": (("ray.io/v1", "RayCluster"),), "RayService": (("ray.io/v1", "RayCluster"),),
+    "InferenceService": (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet")),
+    "NIMService": (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet")),
+    "Milvus": (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet")),
+    "DynamoGraphDeployment": (("grove.io/v1alpha1", "PodCliqueSet"), ("grove.io/v1alpha1", "PodClique")),
+}
+
+
+def test_every_kinds_pods_reach_their_workload_through_its_real_chain(kube_cluster):
+    """One workload of each kind above, its chain of owners, one pod at the end (bound), created in the
+    API server in that order; the processors see the recorded events with every pod first (the worst
+    order): each pod's workload is the top of its chain, and only the tops are workloads."""
+    kube = kube_cluster
+    ns = k.namespace(kube, "chains")
+    recorder = Recorder()
+    expected = {}
+    with start(kube, recorder):
+        k.node(kube, f"{ns}-n", gpus=8)
+        for kind, chain in CHAINS.items():
+            top = k.create(kube, k.example(kind), ns)
+            owner = top
+            for i, (api_version, owner_kind) in enumerate(chain):
+                owner = _owned(kube, ns, api_version, owner_kind, f"{kind.lower()}-{i}", owner)
+            pod = k.create_pod(kube, k.pod(f"{kind.lower()}-pod", owner=owner, gpus=1), ns)
+            k.bind(kube, pod, f"{ns}-n")
+            expected[pod["metadata"]["name"]] = (kind, top["metadata"]["name"], top["metadata"]["uid"])
+        wait_for(lambda: {e["object"]["metadata"]["name"] for e in recorder.full(ns)} >= set(expected)
+                 | {f"{kind.lower()}-{i}" for kind, chain in CHAINS.items() for i in range(len(chain))},
+                 what="every pod and owner")
+        wait_for(lambda: sum(1 for e in recorder.full(ns) if e["object"]["kind"] == "Pod"
+                             and (e["object"].get("status") or {}).get("phase") == "Running") >= len(expected),
+                 what="the bound pods")
+    events = [e for e in recorder.events if e["object"]["metadata"].get("namespace") == ns]
+    pods_first = sorted(events, key=lambda e: e["object"]["kind"] != "Pod")
+    for order in (events, pods_first):
+        pods, _, workloads, letters = process(order)
+        assert letters == []
+        found = {name: (p["workload"]["kind"], p["workload"]["name"], p["workload"]["uid"])
+                 for name, p in latest(pods).items()}
+        assert found == expected
+        assert all(p["state"] == "Bound" for p in latest(pods).values())
+        assert {(w["kind"], w["name"]) for w in workloads} == {(kind, name) for kind, name, _ in expected.values()}
