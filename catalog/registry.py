@@ -69,6 +69,22 @@ class Catalog:
             self.lookup = definitions.lookup
 
     # -- building -----------------------------------------------------------
+    @staticmethod
+    def builtin_kinds() -> list[tuple[str, str]]:
+        """(group, kind) of the built-in definitions' root kinds, read from their YAML without
+        compiling a definition: what shell completion offers, where compiling every jq
+        expression of the catalog would cost seconds the shell waits for."""
+        kinds = set()
+        folder = resources.files("workloadmap.catalog").joinpath("builtin")
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            if entry.name.endswith(".yaml"):
+                for doc in read_documents(entry.read_text(encoding="utf-8"), f"built-in:{entry.name}"):
+                    root = ((doc.get("spec") or {}).get("structureDefinition") or {}).get("rootComponent") or {}
+                    kind = root.get("kind") or {}
+                    if kind.get("kind"):
+                        kinds.add((kind.get("group") or "", kind["kind"]))
+        return sorted(kinds)
+
     @classmethod
     def builtin(cls, resolver: Resolver = DEFAULT_RESOLVER, lookup=None) -> "Catalog":
         catalog = cls(resolver=resolver, lookup=lookup)

@@ -205,6 +205,28 @@ def catalog_validate(files, output):
         sys.exit(EXIT_INVALID)
 
 
+# -- completion -----------------------------------------------------------------
+COMPLETE_VAR = "_WORKLOADMAP_COMPLETE"
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the shell completion script (click's) for bash, zsh or fish.
+
+    It completes commands, options, catalog kinds, and the workload names and
+    namespaces of the cluster (--kubeconfig/--context as typed; nothing when the
+    cluster does not answer within a few seconds).  Load it once per shell:
+
+    \b
+      bash: eval "$(workloadmap completion bash)"     (or save it under ~/.bash_completion.d/)
+      zsh:  eval "$(workloadmap completion zsh)"      (after compinit)
+      fish: workloadmap completion fish > ~/.config/fish/completions/workloadmap.fish
+    """
+    from click.shell_completion import get_completion_class
+    click.echo(get_completion_class(shell)(cli, {}, "workloadmap", COMPLETE_VAR).source())
+
+
 pipeline_commands.register(cli)
 analytics_commands.register(cli)
 cost_commands.register(cli)
@@ -225,7 +247,7 @@ def main(prog_name: str = "workloadmap"):
     interrupted = _watch_interrupts(interrupting.interrupt_all)
     try:
         try:
-            cli.main(prog_name=prog_name, standalone_mode=False)
+            cli.main(prog_name=prog_name, complete_var=COMPLETE_VAR, standalone_mode=False)
         except click.Abort as exc:
             if isinstance(exc.__context__, KeyboardInterrupt):
                 raise KeyboardInterrupt from None

@@ -107,17 +107,39 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
         raise click.UsageError(f"unknown output format {fmt}")
 
 
-EXIT_FAILED = 1
+# Exit statuses, the same for every command, so a script can branch on them (README: exit codes).
+EXIT_OK = 0              # done; an empty result too
+EXIT_FAILED = 1          # the cluster (kubeconfig, connection, 401/403) or the input could not be used
+EXIT_USAGE = 2           # click's usage errors: unknown option, bad value
+EXIT_NOT_FOUND = 3       # no workload of that name (or its kind is not served by the cluster)
+EXIT_NO_DEFINITION = 4   # no catalog definition reads that kind
+EXIT_AMBIGUOUS = 5       # a name or type that means several workloads or kinds
+
+# The `error` field of a machine-readable error, per exit status.
+ERROR_NAMES = {EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_NOT_FOUND: "not_found",
+               EXIT_NO_DEFINITION: "no_definition", EXIT_AMBIGUOUS: "ambiguous"}
 
 
 def error(message: str) -> None:
     click.echo(f"error: {terminal_safe(str(message))}", err=True)
 
 
-def fail(exc: Exception | str) -> None:
-    """The error, then exit status 1 (the command could not do what was asked)."""
-    error(str(exc))
-    sys.exit(EXIT_FAILED)
+def fail(exc: Exception | str, code: int = EXIT_FAILED, *, output: str | None = None, hint: str | None = None,
+         name: str | None = None) -> None:
+    """The error on stderr, then exit status `code` (the command could not do what was asked).
+
+    With ``-o json|yaml`` the error is also an object on stdout, ``{error, message, hint}``, so a
+    script that reads stdout learns what went wrong without parsing stderr; `name` overrides the
+    `error` field (``forbidden``, ``unauthorized``, ``unreachable``)."""
+    message = str(exc)
+    if output in ("json", "yaml"):
+        document = {"error": name or ERROR_NAMES.get(code, "failed"), "message": message, "hint": hint}
+        if output == "json":
+            click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        else:
+            click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
+    error(message)
+    sys.exit(code)
 
 
 def duration(seconds: float | None) -> str:

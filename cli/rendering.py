@@ -352,3 +352,187 @@ def resources_tables(items: list):
             table.add_row(*cells, style="bold" if row["component"] == "TOTAL" else None)
         tables.append(table)
     return Group(*tables)
+
+
+# -- get all --------------------------------------------------------------------------------------
+def all_types_table(items: list, now: datetime | None = None) -> Table:
+    """`get all`: `live_table` with the TYPE of each row first."""
+    return _with_type(live_table(items, now), items)
+
+
+def all_types_wide_table(items: list, now: datetime | None = None) -> Table:
+    return _with_type(live_wide_table(items, now), items)
+
+
+def _with_type(table: Table, items: list) -> Table:
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    out.add_column("TYPE")
+    for column in table.columns:
+        out.add_column(column.header, justify=column.justify)
+    cells = [list(column.cells) for column in table.columns]
+    for i, it in enumerate(items):
+        out.add_row(it.get("type") or it["kind"], *(c[i] for c in cells))
+    return out
+
+
+# -- describe -------------------------------------------------------------------------------------
+def _more(hidden: list, what: str) -> Text:
+    broken = sum(1 for h in hidden if h.get("unhealthy"))
+    return Text(f"... and {len(hidden)} more {what} ({broken} unhealthy)", style="yellow" if broken else "dim")
+
+
+def _limited(items: list, limit: int) -> tuple[list, list]:
+    return (items, []) if not limit or len(items) <= limit else (items[:limit], items[limit:])
+
+
+def _describe_pod_line(pod: dict) -> Text:
+    text = _pod_line(pod)
+    if pod.get("reason"):
+        text.append(f"  {pod['reason']}", style="red" if pod.get("unhealthy") else "")
+    return text
+
+
+def _describe_component_line(label: str, c: dict) -> Text:
+    text = Text.assemble((label, "bold" if not c.get("unhealthy") else "bold yellow"))
+    if c["replicas"] is not None:
+        text.append(f"  replicas {c['replicas']}")
+    if c["pods"] or c.get("actualPods"):
+        if c.get("actualPods") is None:
+            text.append(f"  pods {c['pods']} desired")
+        else:
+            text.append("  ")
+            text.append_text(_pods_text(c["pods"], c["actualPods"], c["readyPods"]))
+            if c.get("unhealthyPods"):
+                text.append(f"  {c['unhealthyPods']} unhealthy", style="red")
+        text.append(f"  × {_per_pod(c['perPod'])}")
+    if c.get("status"):
+        text.append(f"  {c['status']}", style=STATUS_STYLE.get(c["status"], ""))
+    return text
+
+
+def _origin(it: dict) -> str:
+    source = it.get("definitionSource") or ""
+    return source if source.startswith(it["origin"]) else f"{it['origin']}: {source}"
+
+
+def _describe_header(it: dict, now: datetime | None) -> Text:
+    text = Text.assemble(("Name:        ", "bold"), f"{it['kind']}/{it['name']}\n",
+                         ("Namespace:   ", "bold"), f"{it['namespace'] or '-'}\n",
+                         ("Definition:  ", "bold"), f"{it['definition']} ({_origin(it)})\n",
+                         ("Age:         ", "bold"), f"{age(it['creationTimestamp'], now)}\n",
+                         ("Status:      ", "bold"))
+    for i, status in enumerate(it.get("statuses") or [it["status"]]):
+        if i:
+            text.append(", ")
+        text.append_text(_status_text(status))
+        if status == it["status"]:
+            text.append(" *", style="bold")
+    if it["status"] not in (it.get("statuses") or []):
+        text.append_text(Text.assemble(", " if it.get("statuses") else "", _status_text(it["status"]), " *"))
+    live = it.get("live")
+    if live is not None:
+        text.append("\n")
+        text.append("Pods:        ", style="bold")
+        text.append_text(_pods_text(it["total"]["pods"], live["pods"], live["ready"])[len("pods "):])
+    else:
+        text.append("\n")
+        text.append("Pods:        ", style="bold")
+        text.append(f"{it['total']['pods']} desired (from the manifest: nothing live)", style="dim")
+    return text
+
+
+def _describe_tree(it: dict, pod_limit: int, component_limit: int) -> Tree:
+    """Components → instances → pods; under each parent the unhealthy first, then at most the limits."""
+    by_name: dict = {}
+    for c in it["components"]:
+        by_name.setdefault(c["name"], []).append(c)
+    children: dict = {}
+    for name, views in by_name.items():
+        children.setdefault(views[0]["parent"], []).append(name)
+    pods_of: dict = {}
+    stray = []
+    for pod in it.get("livePods") or []:
+        if not pod["expected"]:
+            stray.append(pod)
+            continue
+        key = (pod["component"], pod["instance"])
+        if key not in {(c["name"], c["instance"]) for c in by_name.get(pod["component"], [])}:
+            key = (pod["component"], None)
+        pods_of.setdefault(key, []).append(pod)
+
+    def unhealthy(name: str) -> bool:
+        return any(v["unhealthy"] for v in by_name[name]) or any(unhealthy(n) for n in children.get(name, []))
+
+    def add_pods(node: Tree, pods: list) -> None:
+        shown, hidden = _limited(pods, pod_limit)
+        for pod in shown:
+            node.add(_describe_pod_line(pod))
+        if hidden:
+            node.add(_more(hidden, "pods"))
+
+    def add_children(branch: Tree, parent) -> None:
+        names = sorted(children.get(parent, []), key=lambda n: not unhealthy(n))
+        shown, hidden = _limited(names, component_limit)
+        for name in shown:
+            views = by_name[name]
+            if len(views) == 1 and views[0]["instance"] is None:
+                node = branch.add(_describe_component_line(name, views[0]))
+                add_pods(node, pods_of.get((name, None), []))
+            else:
+                node = branch.add(Text(name, style="bold yellow" if unhealthy(name) else "bold"))
+                ranked = sorted(views, key=lambda v: (not v["unhealthy"], 0 if v.get("unhealthyPods") else 1))
+                shown_views, hidden_views = _limited(ranked, component_limit)
+                for v in shown_views:
+                    add_pods(node.add(_describe_component_line(str(v["instance"]), v)),
+                             pods_of.get((name, v["instance"]), []))
+                if hidden_views:
+                    node.add(_more(hidden_views, "instances"))
+            add_children(node, name)
+        if hidden:
+            branch.add(_more([{"unhealthy": unhealthy(n)} for n in hidden], "components"))
+
+    tree = Tree(Text("Components", style="bold"))
+    add_children(tree, None)
+    if stray:
+        node = tree.add(Text("pods not in the spec", style="yellow"))
+        add_pods(node, stray)
+    return tree
+
+
+def _describe_resources(it: dict) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", title=Text("Resources", style="bold"),
+                  title_justify="left")
+    table.add_column("COMPONENT")
+    for col in ("DESIRED", "ACTUAL", "READY", "GPU", "CPU", "MEMORY", "ALLOCATED GPU", "PENDING GPU"):
+        table.add_column(col, justify="right")
+    for row in it["resources"]:
+        table.add_row(row["component"], str(row["desired"]), _num(row["actual"]), _num(row["ready"]),
+                      _num(row["gpu"]), format_cpu(row["cpu"]), format_bytes(row["memory"]),
+                      _num(row["allocatedGpu"]), _num(row["pendingGpu"]),
+                      style="bold" if row["component"] == "TOTAL" else None)
+    return table
+
+
+def _describe_gangs(it: dict) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", title=Text("Gang groups", style="bold"),
+                  title_justify="left")
+    for col in ("GROUP", "KEY", "MIN", "PODS", "BOUND"):
+        table.add_column(col, justify="right" if col in ("MIN", "PODS", "BOUND") else "left")
+    for g in it["gangGroups"]:
+        short = g["bound"] is not None and g["bound"] < g["minMember"]
+        table.add_row(g["podGroup"], g["key"], str(g["minMember"]), _num(g["pods"]), _num(g["bound"]),
+                      style="yellow" if short else None)
+        for sub in g["subGroups"]:
+            table.add_row(f"  {sub['name']}", "", str(sub["minMember"]), _num(sub["pods"]), "")
+    return table
+
+
+def describe_screens(items: list, *, pod_limit: int = 0, component_limit: int = 0, now: datetime | None = None):
+    """`describe`: per workload the header, the component tree (limited), resources and gang groups."""
+    parts = []
+    for i, it in enumerate(items):
+        parts += ([Text("")] if i else []) + [_describe_header(it, now), Text(""), _describe_tree(it, pod_limit, component_limit), Text(""),
+                  _describe_resources(it)]
+        if it["gangGroups"]:
+            parts += [Text(""), _describe_gangs(it)]
+    return Group(*parts)

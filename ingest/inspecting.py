@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -32,19 +34,22 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from workloadmap.catalog import Catalog, DefinitionError, RelatedKey, ResolveError, UnknownKindError, load_definition
+from workloadmap.catalog.attributing import controller_of, group_of
 from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.pods import match_pod
 from workloadmap.catalog.requests import RequestError, effective_request
 from workloadmap.catalog.resolving import object_ref
 from workloadmap.catalog.workloads import missing_references
 
-from .clusters import ApiError, Cluster, ClusterConfigError, ClusterSpec, connect
+from .authorizing import guess_plural
+from .clusters import ApiError, Cluster, ClusterConfigError, ClusterSpec, connect, current_namespace
 from .discovering import ServedResource, ServedResources, catalog_resources, discover, resolve_type
 
 log = logging.getLogger(__name__)
 
 DEFINITIONS_GROUP, DEFINITIONS_KIND = "workloadmap.io", "WorkloadMap"
 MAX_OWNER_DEPTH = 10
+OWNER_READS = 8   # owners read at once by `get all`: a workload under a kind no definition reads costs a read
 
 
 class AccessError(Exception):
@@ -62,7 +67,33 @@ class AccessError(Exception):
 
 
 class NotFoundError(LookupError):
-    pass
+    """No workload of that name, or its kind is one the catalog reads but the cluster does not serve."""
+
+
+class NoDefinitionError(UnknownKindError):
+    """A type name that no catalog definition reads (an UnknownKindError: one `except` catches both)."""
+
+    def __init__(self, type_text: str, suggestions: list[str]):
+        self.api_version, self.kind, self.suggestions = "", type_text, suggestions
+        hint = f"; closest known kinds: {', '.join(suggestions)}" if suggestions else ""
+        LookupError.__init__(self, f"type {type_text!r}: no catalog kind the cluster serves has that name{hint}")
+
+
+# The causes of warnings, in the order the commands print them (grouped, after the output).
+FORBIDDEN, NOT_SERVED, INVALID_DEFINITION, COLLISION = "forbidden", "not served", "invalid definition", "collision"
+MISSING_REFERENCE = "missing reference"   # an object a definition's references name (a TrainJob's runtime)
+CAUSES = (FORBIDDEN, NOT_SERVED, INVALID_DEFINITION, COLLISION, MISSING_REFERENCE)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A warning of a command that still did its work: what was left out or overridden, and why."""
+
+    cause: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class AmbiguousNameError(LookupError):
@@ -114,12 +145,13 @@ def _list_all(cluster: Cluster, resource: ServedResource, namespace: str | None 
 
 
 def load_cluster_definitions(catalog: Catalog, cluster: Cluster, served: ServedResources, context: str,
-                             warn: Callable[[str], None]) -> list[Definition]:
+                             warn: Callable[[Notice], None]) -> list[Definition]:
     """Add the WorkloadMap definitions applied to the cluster (when it serves the kind) to `catalog`.
 
-    They override built-ins and files for the same kind.  An invalid one is
-    reported through `warn` with its problems and skipped; so is a cluster that
-    does not let us list them.
+    They override built-ins and files for the same kind.  Reported through `warn` (a `Notice`),
+    and the command goes on: an invalid one (its problems; skipped), a cluster that does not let
+    us list them, one for a kind the cluster does not serve (nothing of it can be read), and two
+    for the same kind and version (the later one wins, as the catalog's rule says).
     """
     versions = served.versions_of(DEFINITIONS_GROUP, DEFINITIONS_KIND)
     if not versions:
@@ -128,16 +160,27 @@ def load_cluster_definitions(catalog: Catalog, cluster: Cluster, served: ServedR
     try:
         objects = list(_list_all(cluster, versions[0]))
     except AccessError as exc:
-        warn(f"{exc}; using the built-in and file definitions only")
+        warn(Notice(FORBIDDEN if exc.status in (401, 403) else INVALID_DEFINITION,
+                    f"{exc}; using the built-in and file definitions only"))
         return []
+    by_kind: dict[tuple, str] = {}
     for obj in objects:
         name = (obj.get("metadata") or {}).get("name") or "<unnamed>"
         try:
             definition = load_definition(obj, "cluster", f"cluster:{context}/{name}")
         except DefinitionError as exc:
             for problem in exc.problems:
-                warn(f"{problem} (skipped)")
+                warn(Notice(INVALID_DEFINITION, f"{problem} (skipped)"))
             continue
+        gvk = definition.gvk
+        key = (gvk.group, gvk.version, gvk.kind)
+        if key in by_kind:
+            warn(Notice(COLLISION, f"cluster definitions {by_kind[key]!r} and {name!r} both read {gvk.kind} "
+                                   f"({gvk.api_version}): {name!r} is used"))
+        by_kind[key] = name
+        if served.for_definition(gvk.group, gvk.version, gvk.kind) is None:
+            warn(Notice(NOT_SERVED, f"cluster definition {name!r}: the cluster does not serve {gvk.kind} "
+                                    f"({gvk.api_version})"))
         catalog.add(definition)
         loaded.append(definition)
     return loaded
@@ -172,6 +215,9 @@ class Owners:
         self.cluster = cluster
         self.served = served
         self._read: dict[tuple, dict | None | bool] = {}   # (ns, group, kind, name) -> object | None (gone) | False (unreadable)
+        self.refused: dict[tuple, ApiError] = {}           # the keys read as False because the API server said no
+        self._lock = threading.Lock()
+        self._reading: dict[tuple, threading.Lock] = {}    # one read per key, however many threads ask for it
 
     def know(self, obj: dict) -> None:
         """Remember an object already read (a listed workload), so it is not read again as an owner."""
@@ -209,13 +255,23 @@ class Owners:
         group = (ref.get("apiVersion") or "").rpartition("/")[0]
         key = (namespace, group, ref.get("kind"), ref.get("name"))
         if key not in self._read:
-            self._read[key] = self._fetch(namespace, group, ref)
+            with self._lock:
+                reading = self._reading.setdefault(key, threading.Lock())
+            with reading:
+                if key not in self._read:
+                    self._read[key] = self._fetch(key, ref)
         found = self._read[key]
         if isinstance(found, dict) and (found.get("metadata") or {}).get("uid") != ref.get("uid"):
             return None  # a newer object of the same name: the referenced owner is gone
         return found
 
-    def _fetch(self, namespace, group, ref):
+    def owner(self, namespace: str | None, ref: dict):
+        """The object an ownerReference names: a dict, None when gone (or replaced by a namesake),
+        False when it cannot be read (its kind not served, or the API server refused: `refused`)."""
+        return self._owner(namespace, ref)
+
+    def _fetch(self, key, ref):
+        namespace, group = key[0], key[1]
         version = (ref.get("apiVersion") or "").rpartition("/")[2]
         served = self.served.versions_of(group, ref.get("kind"))
         resource = next((r for r in served if r.version == version), served[0] if served else None)
@@ -227,6 +283,7 @@ class Owners:
             if exc.status == 404:
                 return None
             log.debug("cannot read owner %s/%s: %s", ref.get("kind"), ref.get("name"), exc)
+            self.refused[key] = exc
             return False
 
 
@@ -289,7 +346,8 @@ def live_view(record: dict, pods: list[dict]) -> dict:
 @dataclass
 class Listing:
     items: list[dict]
-    errors: list[str] = field(default_factory=list)   # one line per object that could not be read or resolved
+    errors: list[str] = field(default_factory=list)    # one line per object that could not be read or resolved
+    missing: list[str] = field(default_factory=list)   # one line per name asked for that does not exist
 
 
 @dataclass
@@ -300,12 +358,13 @@ class Inspector:
     catalog: Catalog
     served: ServedResources
     context: str
-    warn: Callable[[str], None] = log.warning
+    warn: Callable[[Notice], None] = log.warning
+    notices: list[Notice] = field(default_factory=list)   # every warning so far, for the command to print last
     related_objects: dict = field(default_factory=dict, repr=False)   # RelatedKey -> object or None
 
     @classmethod
     def open(cls, catalog: Catalog, kubeconfig: str | None = None, context: str | None = None,
-             warn: Callable[[str], None] = log.warning) -> "Inspector":
+             warn: Callable[[Notice], None] = log.warning) -> "Inspector":
         """Connect, discover what the cluster serves and add its definitions to `catalog`."""
         cluster = open_cluster(kubeconfig, context)
         try:
@@ -314,8 +373,12 @@ class Inspector:
             cluster.close()
             raise AccessError("discover", "the served API resources", None, exc) from None
         inspector = cls(cluster, catalog, served, cluster.id, warn)
-        load_cluster_definitions(catalog, cluster, served, cluster.id, warn)
+        load_cluster_definitions(catalog, cluster, served, cluster.id, inspector.notice)
         return inspector
+
+    def notice(self, notice: Notice) -> None:
+        self.notices.append(notice)
+        self.warn(notice)
 
     def close(self) -> None:
         self.cluster.close()
@@ -334,8 +397,13 @@ class Inspector:
         except UnknownKindError as exc:
             if exc.api_version:  # served, but no definition reads it (secrets)
                 raise
-            hint = f"; closest known kinds: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-            raise NotFoundError(f"type {type_text!r}: no catalog kind the cluster serves has that name{hint}") from None
+            name = type_text.partition(".")[0].lower()
+            known = [d.gvk for d in self.catalog
+                     if name in (d.gvk.kind.lower(), guess_plural(d.gvk.kind).lower())]
+            if known:   # a kind the catalog reads, not installed here: none of its workloads can exist
+                raise NotFoundError(f"type {type_text!r}: the cluster does not serve {known[0].kind} "
+                                    f"({known[0].api_version})") from None
+            raise NoDefinitionError(type_text, exc.suggestions) from None
 
     def _get(self, resource: ServedResource, namespace: str | None, name: str) -> dict:
         try:
@@ -356,7 +424,7 @@ class Inspector:
             errors.append(str(exc) if object_ref(obj) in str(exc) else f"{object_ref(obj)}: {exc}")
             return None
         for message in missing_references(record):   # resolved without it: a warning, not a failure
-            self.warn(message)
+            self.notice(Notice(MISSING_REFERENCE, message))
         return record
 
     def related(self, key: RelatedKey) -> dict | None:
@@ -373,7 +441,8 @@ class Inspector:
                 obj = self.cluster.get(resource.path(key.namespace, key.name))
             except ApiError as exc:
                 if exc.status != 404:
-                    self.warn(f"cannot read {key} (reference ${key.reference}): {exc}")
+                    self.notice(Notice(FORBIDDEN if exc.status in (401, 403) else MISSING_REFERENCE,
+                                       f"cannot read {key} (reference ${key.reference}): {exc}"))
         cache[key] = obj
         return obj
 
@@ -397,7 +466,7 @@ class Inspector:
                 try:
                     objects.append(self._get(resource, namespace, name))
                 except NotFoundError as exc:
-                    listing.errors.append(str(exc))
+                    listing.missing.append(str(exc))
         else:
             objects = list(_list_all(self.cluster, resource, namespace, label_selector=label_selector,
                                      chunk_size=chunk_size))
@@ -406,6 +475,10 @@ class Inspector:
             record = self._resolve(obj, listing.errors)
             if record is not None and matches_statuses(record, wanted):
                 kept.append((obj, record))
+        return self._listed(listing, kept, namespace, chunk_size, with_pods)
+
+    def _listed(self, listing: Listing, kept: list[tuple[dict, dict]], namespace: str | None, chunk_size: int,
+                with_pods: bool) -> Listing:
         if with_pods and kept:
             pods = self._pods_for([obj for obj, _ in kept], namespace, chunk_size, listing.errors)
             for obj, record in kept:
@@ -413,6 +486,79 @@ class Inspector:
                 record["live"] = view["live"]
         listing.items = [record for _, record in kept]
         return listing
+
+    def all_workloads(self, namespace: str | None, *, label_selector: str | None = None,
+                      statuses: Iterable[str] = (), chunk_size: int = 500, with_pods: bool = False) -> Listing:
+        """`get all`: the workloads of every catalog kind the cluster serves, top-level ones only.
+
+        A workload whose controller chain reaches an object of another catalog kind is that
+        one's part (a JobSet's Jobs, a RayJob's RayCluster, the Deployment under an
+        InferenceService's Knative revision): `top_level` leaves it to its owner, so each
+        workload is one row.  Kinds the cluster does not serve are not listed (most clusters
+        run few frameworks); a kind we may not list is a `forbidden` notice and the others are
+        still listed.  Each item carries `type`, its kind (``Kind.group`` when two catalog kinds
+        share the name).  Arguments as `workloads`.
+        """
+        wanted = {s.lower() for s in statuses}
+        listing = Listing([])
+        resources = catalog_resources(self.catalog, self.served)
+        kinds: dict[str, set] = {}
+        for d in self.catalog:
+            kinds.setdefault(d.gvk.kind, set()).add(d.gvk.group)
+        kept = []
+        for resource in resources:
+            try:
+                objects = list(_list_all(self.cluster, resource, namespace, label_selector=label_selector,
+                                         chunk_size=chunk_size))
+            except AccessError as exc:
+                if exc.status == 404:      # its CRD deleted since discovery: not served any more
+                    continue
+                if exc.status != 403:
+                    raise
+                self.notice(Notice(FORBIDDEN, f"{exc} (left out)"))
+                continue
+            type_name = resource.kind if len(kinds.get(resource.kind, ())) < 2 or not resource.group \
+                else f"{resource.kind}.{resource.group}"
+            for obj in objects:
+                record = self._resolve(obj, listing.errors)
+                if record is not None and matches_statuses(record, wanted):
+                    kept.append((obj, {"type": type_name, **record}))
+        covered = {(r.group, r.kind) for r in resources}
+        tops = self.top_level([obj for obj, _ in kept], covered)
+        return self._listed(listing, [k for k, top in zip(kept, tops) if top], namespace, chunk_size, with_pods)
+
+    def top_level(self, objects: list[dict], covered: set[tuple[str, str]]) -> list[bool]:
+        """Whether each object is a workload of its own: its controller chain (owners read once
+        each, `OWNER_READS` at a time) reaches no object of a `covered` (group, kind).  An owner
+        we may not read ends the chain with a `forbidden` notice: the object is listed, since
+        hiding a real workload over a permission would say nothing."""
+        owners = Owners(self.cluster, self.served)
+        for obj in objects:
+            owners.know(obj)
+
+        def walk(obj: dict) -> bool:
+            namespace = (obj.get("metadata") or {}).get("namespace")
+            node = obj
+            for _ in range(MAX_OWNER_DEPTH):
+                ref = controller_of(node)
+                if ref is None:
+                    return True
+                if (group_of(ref.get("apiVersion")), ref.get("kind")) in covered:
+                    return False
+                node = owners.owner(namespace, ref)
+                if not isinstance(node, dict):
+                    key = (namespace, group_of(ref.get("apiVersion")), ref.get("kind"), ref.get("name"))
+                    if node is False and key in owners.refused:
+                        self.notice(Notice(FORBIDDEN, f"{object_ref(obj)}: cannot read its owner {ref.get('kind')} "
+                                                      f"{ref.get('name')!r} ({owners.refused[key].status}): "
+                                                      "listed, though it may be part of another workload"))
+                    return True
+            return True
+
+        if len(objects) < 2:
+            return [walk(obj) for obj in objects]
+        with ThreadPoolExecutor(max_workers=OWNER_READS) as pool:
+            return list(pool.map(walk, objects))
 
     # -- tree / resources ------------------------------------------------------
     def find(self, text: str, namespace: str | None) -> dict:
@@ -444,19 +590,30 @@ class Inspector:
 
     def describe(self, text: str, namespace: str | None, *, chunk_size: int = 500) -> dict:
         """One workload with its pods: the resolved record plus `live_view`'s live fields."""
+        obj, definition, workload, raw, infos = self.workload_with_pods(text, namespace, chunk_size=chunk_size)
+        return live_view(workload.to_dict(), infos)
+
+    def workload_with_pods(self, text: str, namespace: str | None, *, chunk_size: int = 500):
+        """One workload (`find`) as (object, definition, ResolvedWorkload, its raw pods, their
+        `pod_info`s): the pods read with one paged list of its namespace."""
         obj = self.find(text, namespace)
         definition = self.catalog.definition_for(obj)
-        record = self.catalog.resolve(obj, self.related).to_dict()
-        errors: list[str] = missing_references(record)
+        workload = self.catalog.resolve(obj, self.related)
+        for message in missing_references(workload.to_dict()):
+            self.notice(Notice(MISSING_REFERENCE, message))
+        errors: list[str] = []
+        uid = obj["metadata"].get("uid")
+        raw: dict[str, list[dict]] = {}
         pods = self._pods_for([obj], (obj.get("metadata") or {}).get("namespace"), chunk_size, errors,
-                              definitions={obj["metadata"].get("uid"): definition})
+                              definitions={uid: definition}, raw=raw)
         for message in errors:
-            self.warn(message)
-        return live_view(record, pods.get(obj["metadata"].get("uid"), []))
+            self.notice(Notice(INVALID_DEFINITION, message))
+        return obj, definition, workload, raw.get(uid, []), pods.get(uid, [])
 
     def _pods_for(self, objects: list[dict], namespace: str | None, chunk_size: int, errors: list[str],
-                  definitions: dict | None = None) -> dict[str, list[dict]]:
-        """uid of each object → `pod_info` of the pods it owns (see the module docstring)."""
+                  definitions: dict | None = None, raw: dict | None = None) -> dict[str, list[dict]]:
+        """uid of each object → `pod_info` of the pods it owns (see the module docstring); `raw`,
+        when given, gets the pods themselves, in the same order."""
         pod_resource = self.served.for_definition("", "v1", "Pod")
         if pod_resource is None:
             return {}
@@ -487,7 +644,37 @@ class Inspector:
                     continue
                 if membership is not None:
                     out.setdefault(uid, []).append(pod_info(pod, membership, self.catalog.resolver.gpus))
+                    if raw is not None:
+                        raw.setdefault(uid, []).append(pod)
         return out
+
+
+# -- completion ------------------------------------------------------------------
+def workload_names(kubeconfig: str | None, context: str | None, type_text: str, namespace: str | None) -> list[str]:
+    """The names of the objects of a type in a namespace (the context's when None), for shell
+    completion: discovery and one paged list, no catalog (compiling it costs seconds a shell
+    waits for; a type no definition reads fails later, when the command runs)."""
+    cluster = open_cluster(kubeconfig, context)
+    try:
+        matches = [r for r in discover(cluster).lookup(type_text) if r.can("list")]
+        if not matches:
+            return []
+        ns = namespace or current_namespace(kubeconfig, context)
+        names = {(obj.get("metadata") or {}).get("name") for obj in _list_all(cluster, matches[0], ns)}
+    finally:
+        cluster.close()
+    return sorted(n for n in names if n)
+
+
+def namespace_names(kubeconfig: str | None, context: str | None) -> list[str]:
+    """The cluster's namespaces, for shell completion."""
+    cluster = open_cluster(kubeconfig, context)
+    try:
+        names = [(ns.get("metadata") or {}).get("name") for page in cluster.list_pages("/api/v1/namespaces")
+                 for ns in page.get("items") or []]
+    finally:
+        cluster.close()
+    return sorted(n for n in names if n)
 
 
 def _candidate(obj: dict, served: ServedResources) -> str:
@@ -500,6 +687,8 @@ def _candidate(obj: dict, served: ServedResources) -> str:
 
 
 __all__ = [
-    "AccessError", "AmbiguousNameError", "ClusterConfigError", "Inspector", "Listing", "NotFoundError", "Owners",
-    "context_name", "label_keys", "live_view", "load_cluster_definitions", "open_cluster", "pod_info",
+    "AccessError", "AmbiguousNameError", "CAUSES", "ClusterConfigError", "Inspector", "Listing", "NoDefinitionError",
+    "NotFoundError", "Notice", "Owners",
+    "context_name", "label_keys", "live_view", "load_cluster_definitions", "namespace_names", "open_cluster",
+    "pod_info", "workload_names",
 ]

@@ -390,7 +390,7 @@ def test_get_status_selector_and_names(live):
     two = json.loads(kget(live, "jobsets", "llama-pretrain", "resnet-cifar10", "-n", NS_A, "-o", "json").stdout)
     assert [i["name"] for i in two["items"]] == ["llama-pretrain", "resnet-cifar10"]
     missing = kget(live, "jobset/nope", "-n", NS_A)
-    assert missing.exit_code == 1 and "'nope' not found" in missing.stderr
+    assert missing.exit_code == 3 and "'nope' not found" in missing.stderr   # exit 3: no such workload
 
 
 def test_get_pages_with_chunk_size(live, monkeypatch):
@@ -445,9 +445,9 @@ def test_get_accepts_kubectl_type_names(live):
     assert "llama3-8b-sft-master-0" in names("po")
     assert names("pytorchjobs.kubeflow.org") == ["llama3-8b-sft"]
     unknown = kget(live, "jobsett", "-n", NS_A)
-    assert unknown.exit_code == 1 and "jobsett" in unknown.stderr and "JobSet" in unknown.stderr
+    assert unknown.exit_code == 4 and "jobsett" in unknown.stderr and "JobSet" in unknown.stderr
     not_catalog = kget(live, "secrets", "-n", NS_A)
-    assert not_catalog.exit_code == 1 and "Secret" in not_catalog.stderr
+    assert not_catalog.exit_code == 4 and "Secret" in not_catalog.stderr
 
 
 def test_get_wide_adds_kind_pods_cpu_memory_definition(live):
@@ -507,7 +507,7 @@ def test_tree_finds_bare_names_and_reports_ambiguity(live):
     owned = run("tree", "owned-twin", "-n", NS_A, "--kubeconfig", live["kubeconfig"], "-o", "json")
     assert json.loads(owned.stdout)["items"][0]["kind"] == "JobSet"
     twin = run("tree", "twin", "-n", NS_A, "--kubeconfig", live["kubeconfig"])
-    assert twin.exit_code == 1
+    assert twin.exit_code == 5   # ambiguous
     assert "deployments.apps/twin" in twin.stderr and "statefulsets.apps/twin" in twin.stderr
     assert len(twin.stderr.strip().splitlines()) == 1
     assert run("tree", "sts/twin", "-n", NS_A, "--kubeconfig", live["kubeconfig"]).exit_code == 0
@@ -517,7 +517,7 @@ def test_tree_finds_bare_names_and_reports_ambiguity(live):
     assert everywhere.exit_code == 0, everywhere.stderr
     assert json.loads(everywhere.stdout)["items"][0]["namespace"] == NS_A
     missing = run("tree", "no-such-workload", "-n", NS_A, "--kubeconfig", live["kubeconfig"])
-    assert missing.exit_code == 1 and "no workload named 'no-such-workload'" in missing.stderr
+    assert missing.exit_code == 3 and "no workload named 'no-such-workload'" in missing.stderr
 
 
 def test_resources_total_row_is_the_sum(live):
