@@ -40,7 +40,10 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         return now
     m = _RELATIVE.match(text)
     if m:
-        return now - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        try:
+            return now - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        except OverflowError:   # before year 1
+            raise click.BadParameter(f"{text!r} is further back than time goes") from None
     try:
         return parse_instant(text).astimezone(timezone.utc)
     except ValueError as exc:

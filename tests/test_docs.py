@@ -8,11 +8,12 @@ out: they name files as they were.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from tests import docs_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DOCS = ("README.md", "warehouse/README.md", "docs/cli-reference.md")
@@ -90,10 +91,7 @@ def test_the_checks_see_paths_links_and_anchors():
 
 def _states_table():
     """docs/states_table.py, the generator of the README's table of controller states."""
-    spec = importlib.util.spec_from_file_location("states_table", ROOT / "docs" / "states_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_scripts.load("states_table")
 
 
 def test_the_readme_s_states_table_is_the_definitions_headers():

@@ -36,7 +36,10 @@ def parse_step(text: str) -> dt.timedelta:
     m = _STEP.match(text.strip().lower())
     if not m or int(m.group(1)) == 0:
         raise ValueError(f"{text!r} is not a step (use e.g. 15m, 1h, 6h, 1d, 1w)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return int(m.group(1)) * _UNITS[m.group(2)]
+    except OverflowError:   # past timedelta's 999,999,999 days
+        raise ValueError(f"{text!r} is too long a step") from None
 
 
 def jsonable(value):

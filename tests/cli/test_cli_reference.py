@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import difflib
-import importlib.util
 from pathlib import Path
+
+from tests import docs_scripts
 
 from workloadmap.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _generator():
-    """docs/cli_reference.py, the page's generator (a script, not a module of the package)."""
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "docs" / "cli_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-reference = _generator()
+reference = docs_scripts.load("cli_reference")
 PAGE = reference.DEFAULT_PATH
 
 

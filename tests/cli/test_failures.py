@@ -124,3 +124,12 @@ def test_demo_refuses_to_mix_its_clusters_into_a_real_history(tmp_path):
     code, _, err, _ = run("demo", "--duckdb", str(path), "--workloads", "5", "--days", "1")
     assert code == 1
     assert one_line(err) == f"error: {path} holds clusters the demo does not simulate (a, b): give the demo another --duckdb"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cost", "--since", "99999999999d"], "'99999999999d' is further back than time goes"),
+    (["capacity", "--since", "2026-11-01", "--step", "99999999999d"], "'99999999999d' is too long a step"),
+])
+def test_times_past_what_python_counts_are_usage_errors(demo_warehouse, args, message):
+    code, _, err, _ = run(*args, "--duckdb", str(demo_warehouse))
+    assert code == 2 and "Traceback" not in err and err.strip().splitlines()[-1].endswith(message), err

@@ -8,17 +8,15 @@ until `make docs` rewrites the README.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 from pathlib import Path
+
+from tests import docs_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "docs" / "readme_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_scripts.load("readme_examples")
 
 
 def test_the_readme_examples_show_what_the_demo_gives():

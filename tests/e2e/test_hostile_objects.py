@@ -11,9 +11,6 @@ thread dying while the process stays up.
 from __future__ import annotations
 
 import copy
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,6 +18,7 @@ import duckdb
 import pytest
 
 from tests import kube_objects as k
+from tests.e2e.test_kube_e2e import embedded_watchers
 from tests.e2e.test_pipeline_e2e import pipeline_on  # noqa: F401 - the fixture
 from tests.ingest.test_watching import cluster_of
 from workloadmap.catalog import Catalog, records
@@ -28,7 +26,6 @@ from workloadmap.embedding import EmbeddedPipeline
 from workloadmap.ingest.watching import Watching
 from workloadmap.warehouse.writing import Warehouse
 
-WATCHERS = [sys.executable, "-m", "workloadmap", "run", "watchers"]
 NEGATIVE_FIELD = "containers[0].resources.requests[nvidia.com/gpu]: '-3' is negative"
 
 
@@ -55,22 +52,11 @@ def test_a_negative_quantity_in_the_embedded_watchers_is_a_dead_letter_and_later
     ns = k.namespace(kube_cluster, "hostile")
     k.create(kube_cluster, negative_jobset(), ns)
     k.create(kube_cluster, k.example("MPIJob", "tensorflow-benchmarks"), ns)
-    db, log = tmp_path / "embedded.duckdb", tmp_path / "watchers.log"
-    proc = subprocess.Popen([*WATCHERS, "--embedded", "--duckdb", str(db), "--cluster",
-                             f"lab={kube_cluster.kubeconfig}", "--checkpoint-dir", str(tmp_path / "cp")],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 120
-        while "first list done" not in log.read_text():
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            time.sleep(0.2)
+    with embedded_watchers(kube_cluster, tmp_path) as (proc, db, log):
         # after the bad object: a workload created later still arrives
         k.create(kube_cluster, k.example("RayJob", "mnist-train"), ns)
         time.sleep(7)   # past a checkpoint: the in-process pipeline flushes before each one
         assert proc.poll() is None, log.read_text()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, log.read_text()
     text = log.read_text()
     assert f"dead letter (processor, {records.RESOLVE_ERROR}): JobSet {ns}/negative" in text
     assert NEGATIVE_FIELD in text

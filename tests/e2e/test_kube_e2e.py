@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -176,15 +177,11 @@ def test_cluster_changes_reach_the_warehouse(kafka_broker, kube_clusters, tmp_pa
         p.close()
 
 
-def test_embedded_watchers_write_the_warehouse_without_a_broker(kube_cluster, tmp_path):
-    """`run watchers --embedded`: the same processing in-process into DuckDB, no Kafka."""
-    import duckdb
-
-    ns = k.namespace(kube_cluster, "embedded")
-    k.create(kube_cluster, k.example("MPIJob", "tensorflow-benchmarks"), ns)
-    gone = k.create(kube_cluster, k.example("RayJob", "mnist-train"), ns)
-    db = tmp_path / "embedded.duckdb"
-    log = tmp_path / "watchers.log"
+@contextmanager
+def embedded_watchers(kube_cluster, tmp_path):
+    """`run watchers --embedded` on the cluster into tmp_path/embedded.duckdb, once its first list is
+    done: (process, warehouse, log); stopped with SIGTERM on leaving, which must exit 0."""
+    db, log = tmp_path / "embedded.duckdb", tmp_path / "watchers.log"
     proc = subprocess.Popen([*WATCHERS, "--embedded", "--duckdb", str(db), "--cluster",
                              f"lab={kube_cluster.kubeconfig}", "--checkpoint-dir", str(tmp_path / "cp")],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
@@ -193,11 +190,22 @@ def test_embedded_watchers_write_the_warehouse_without_a_broker(kube_cluster, tm
         while "first list done" not in log.read_text():
             assert proc.poll() is None and time.time() < deadline, log.read_text()
             time.sleep(0.2)
-        k.delete(kube_cluster, gone)
-        time.sleep(7)   # past a checkpoint: the in-process pipeline flushes before each one
+        yield proc, db, log
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
+
+
+def test_embedded_watchers_write_the_warehouse_without_a_broker(kube_cluster, tmp_path):
+    """`run watchers --embedded`: the same processing in-process into DuckDB, no Kafka."""
+    import duckdb
+
+    ns = k.namespace(kube_cluster, "embedded")
+    k.create(kube_cluster, k.example("MPIJob", "tensorflow-benchmarks"), ns)
+    gone = k.create(kube_cluster, k.example("RayJob", "mnist-train"), ns)
+    with embedded_watchers(kube_cluster, tmp_path) as (_, db, log):
+        k.delete(kube_cluster, gone)
+        time.sleep(7)   # past a checkpoint: the in-process pipeline flushes before each one
     con = duckdb.connect(str(db), read_only=True)
     rows = con.execute("""SELECT name, status FROM workload_states WHERE namespace = ?
                           QUALIFY row_number() OVER (PARTITION BY uid ORDER BY seq DESC) = 1 ORDER BY name""",
