@@ -133,20 +133,21 @@ class Attributing:
 
     def __init__(self, catalog_for):
         self.catalog_for = catalog_for
-        self._kinds: dict[int, tuple] = {}    # id(catalog) -> (catalog, known kinds, workload kinds)
+        self._kinds: dict[str, tuple] = {}    # cluster -> (its catalog, known kinds, workload kinds)
 
-    def kinds(self, catalog: Catalog) -> tuple[frozenset, frozenset]:
-        """(kinds a chain is followed through, kinds with a definition) of a cluster's catalog."""
-        entry = self._kinds.get(id(catalog))
+    def kinds(self, cluster: str, catalog: Catalog) -> tuple[frozenset, frozenset]:
+        """(kinds a chain is followed through, kinds with a definition) of a cluster's catalog, computed
+        again when the cluster's catalog changes (a definition applied to it)."""
+        entry = self._kinds.get(cluster)
         if entry is None or entry[0] is not catalog:
             workloads = workload_kinds(catalog)
-            entry = self._kinds[id(catalog)] = (catalog, (owner_kinds(catalog) | workloads) - {POD}, workloads)
+            entry = self._kinds[cluster] = (catalog, (owner_kinds(catalog) | workloads) - {POD}, workloads)
         return entry[1], entry[2]
 
     def is_workload(self, cluster: str, obj: dict) -> bool:
         """Whether an object is of a kind with a definition, or of no kind the catalog knows at all
         (then resolving it says so: an unknown-kind dead letter); not an owner kind without one."""
-        known, workloads = self.kinds(self.catalog_for(cluster))
+        known, workloads = self.kinds(cluster, self.catalog_for(cluster))
         kind = (group_of(obj.get("apiVersion")), obj.get("kind"))
         return kind in workloads or kind not in known
 
@@ -237,7 +238,7 @@ class Attributing:
             raise Rejected(records.MALFORMED_POD, f"{what}: {exc}") from None
         deleted = event["type"] == "DELETED"
         catalog = self.catalog_for(cluster)
-        known, workloads = self.kinds(catalog)
+        known, workloads = self.kinds(cluster, catalog)
         states._unwait(key)
         if deleted and previous is not None and previous["attribution"]["workload"] is not None:
             attribution = previous["attribution"]   # its owners may be gone already: it ends as what it was
