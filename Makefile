@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench docs clean kafka-jars kube-binaries
+.PHONY: demo test bench docs chart clean kafka-jars kube-binaries helm-binary
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ kafka-jars: $(VENV)/.installed-test
 kube-binaries: $(VENV)/.installed-test
 	$(BIN)/python -m tests.services.kube_api build
 
-test: $(VENV)/.installed-test kafka-jars kube-binaries
+# helm, built with Go >= 1.26 from the Go module proxy (cached in ~/.cache/workloadmap/helm-<version>),
+# for the chart tests (helm lint, helm template).
+helm-binary: $(VENV)/.installed-test
+	$(BIN)/python -m tests.services.helm_cli build
+
+test: $(VENV)/.installed-test kafka-jars kube-binaries helm-binary
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed-test kafka-jars kube-binaries
@@ -54,6 +59,11 @@ docs: $(VENV)/.installed
 	$(BIN)/python docs/cli_reference.py docs/cli-reference.md
 	$(BIN)/python docs/states_table.py README.md
 	$(BIN)/python docs/readme_examples.py README.md
+
+# The chart's ClusterRole rules (charts/workloadmap/files/reader-rules.yaml): what `workloadmap rbac`
+# prints for the built-in catalog (the suite fails when it is stale).
+chart: $(VENV)/.installed
+	$(BIN)/python charts/reader_rules.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .import_linter_cache
