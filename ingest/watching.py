@@ -307,6 +307,7 @@ class ClusterWatcher:
         self.wanted: set[tuple[str, str]] = set()  # owner kinds a published object named as its controller
         self._owner_kinds: frozenset = frozenset()
         self._kinds_started = threading.Event()    # the first _start_kinds is done
+        self._checkpointed: tuple | None = None     # what had been published at the last checkpoint
         self._pod_paths: tuple = ()
         self._saved: dict[str, dict[str, Tracked]] = {}
         self._threads: list[threading.Thread] = []
@@ -461,11 +462,17 @@ class ClusterWatcher:
                 and all(w.synced.is_set() or w.finished for w in list(self.watchers.values())))
 
     def checkpoint(self) -> None:
-        """Save what was published, once the publisher acknowledged it (flush first)."""
+        """Save what was published, once the publisher acknowledged it (flush first); nothing to do
+        when nothing was published since the last save (a cluster's pods make the file megabytes)."""
+        published = (sum(w.counts["ADDED"] + w.counts["MODIFIED"] + w.counts["DELETED"] + w.counts["relists"]
+                         for w in list(self.watchers.values())), len(self.watchers), len(self._saved))
+        if published == self._checkpointed:
+            return
         tracked = {key: w.snapshot() for key, w in list(self.watchers.items()) if not w.finished}
         tracked.update(self._saved)   # not yet relisted: keep what the last run knew
         self.flush()
         self.checkpoints.save(tracked)
+        self._checkpointed = published
 
 
 def _api_version(catalog: Catalog, group: str, kind: str) -> str:
