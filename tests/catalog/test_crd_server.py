@@ -156,6 +156,19 @@ BAD = [
         "podGroups": [{"name": "g", "members": [{"componentName": "worker"}]},
                       {"name": "g", "members": [{"componentName": "worker"}]}]}})),
      "Duplicate value", "the list is a map keyed by name"),
+    # references (our extension): one of kind / kinds, a kindSelector for several kinds, unique names
+    ("a reference with kind and kinds", _set(((*SD, "references"), [{
+        "name": "runtime", "nameSelector": ".spec.ref", "kind": {"version": "v1", "kind": "A"},
+        "kinds": [{"version": "v1", "kind": "A"}]}])),
+     "a reference names exactly one of kind or kinds", "names exactly one of kind or kinds"),
+    ("a reference of several kinds without a kindSelector", _set(((*SD, "references"), [{
+        "name": "runtime", "nameSelector": ".spec.ref",
+        "kinds": [{"version": "v1", "kind": "A"}, {"version": "v1", "kind": "B"}]}])),
+     "a reference with several kinds needs a kindSelector", "a kindSelector picks one"),
+    ("two references of one name", _set(((*SD, "references"), [
+        {"name": "runtime", "nameSelector": ".a", "kind": {"version": "v1", "kind": "A"}},
+        {"name": "runtime", "nameSelector": ".b", "kind": {"version": "v1", "kind": "B"}}])),
+     "Duplicate value", "the list is a map keyed by name"),
 ]
 
 
