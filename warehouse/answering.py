@@ -20,7 +20,7 @@ long as answering never stalls writing.  So:
 * an optional bearer token (compared in constant time), given by the caller from the
   environment or a file, never a flag.
 
-Paths: ``/api/v1/capacity``, ``/api/v1/cost``, ``/api/v1/workloads/CLUSTER/NAMESPACE/KIND/NAME``
+Paths: ``/`` (the dashboard: ``dashboard.html``, a static page, no token needed), ``/api/v1/capacity``, ``/api/v1/cost``, ``/api/v1/workloads/CLUSTER/NAMESPACE/KIND/NAME``
 (``_`` as the namespace of a cluster-scoped kind), ``/api/v1/transitions`` (event stream),
 ``/healthz``.  Errors are JSON ``{"error": ...}`` naming the parameter and the reason.
 """
@@ -35,6 +35,8 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -95,12 +97,19 @@ def _filters(params: dict) -> dict:
 
 def read_capacity(conn, params: dict, now: dt.datetime) -> dict:
     """GPUs, CPU and memory requested (``allocation=1``: allocatable, allocated, idle, pending)
-    now, at ``at``, or per ``step`` over ``since``..``until``, grouped ``by`` dimensions."""
+    now, at ``at``, or per ``step`` over ``since``..``until``, grouped ``by`` dimensions; with
+    ``top=N`` the N workloads holding the most GPUs now (or at ``at``)."""
     allocation = _one(params, "allocation", "0") in ("1", "true", "yes")
     by = _list(params, "by") or ["cluster"]
     at = _parsed(params, "at", parse_instant)
     step = _one(params, "step")
     filters = _filters(params)
+    top = _parsed(params, "top", int)
+    if top is not None:
+        if not 1 <= top <= MAX_ROWS:
+            raise BadRequest(f"top: {top} is not between 1 and {MAX_ROWS}")
+        rows = run_query(conn, "capacity_top", at=at, limit=top, statuses=None, kinds=None, **filters).dicts()
+        return {"at": jsonable(at or now), "top": top, "items": [capacities.top_item(r) for r in rows]}
     if step is None:
         if allocation:
             items = capacities.allocation(conn, at=at, by=by, **filters)
@@ -377,6 +386,11 @@ def _route(server: ReadServer, path: str, params: dict):
     return None
 
 
+@lru_cache(maxsize=1)
+def _dashboard() -> bytes:
+    return resources.files(__package__).joinpath("dashboard.html").read_bytes()
+
+
 def _handler(server: ReadServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -393,13 +407,18 @@ def _handler(server: ReadServer):
             if status == 401:
                 self.send_header("WWW-Authenticate", 'Bearer realm="workloadmap"')
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except OSError:
+                self.close_connection = True  # the client went away
 
         def do_GET(self):  # noqa: N802 (http.server's name)
             url = urlsplit(self.path)
             params = parse_qs(url.query, keep_blank_values=False)
             if url.path == "/healthz":
                 return self._reply(200, b"ok\n", "text/plain")
+            if url.path in ("/", "/index.html"):  # static: the data it reads needs the token
+                return self._reply(200, _dashboard(), "text/html; charset=utf-8")
             if not server.authorized(self.headers.get("Authorization")):
                 return self._reply(*_json(401, {"error": "a bearer token is required (Authorization: Bearer ...)"}))
             if url.path == "/api/v1/transitions":

@@ -246,3 +246,74 @@ def test_a_slow_feed_client_lags_without_losing_events_or_stalling_the_writer(se
     assert [e["id"] for e in got] == sorted(e["id"] for e in got)
     # the writer's pauses stayed short while the client read one event every 0.3 s
     assert writer.longest_answer < 0.5
+
+
+def test_the_dashboard_shows_what_the_api_answers_and_the_feed_as_it_arrives(tmp_path):
+    """The page at / in headless Chromium (as tests/warehouse/test_costing.py runs it): the capacity
+    cells are the API's numbers, the trend has a point per step, the top workloads are listed, and a
+    transition written while the page is open appears in the live feed.  No script errors."""
+    import re
+    import subprocess
+
+    from tests.warehouse.test_costing import chromium, console_messages
+
+    path = build(tmp_path / "wh.duckdb")
+    server = ReadServer(("127.0.0.1", 0), token="dash-token", clock=lambda: NOW)
+    writer = Writer(path, server)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        status, page = 0, b""
+        with urllib.request.urlopen(f"{base}/", timeout=30) as resp:    # no token needed for the page itself
+            status, page = resp.status, resp.read().decode()
+        assert status == 200 and "<script>" in page
+        # self-contained: nothing fetched from elsewhere (the only absolute URL is the SVG namespace)
+        assert not re.search(r"""(src|href)\s*=|@import|url\(""", page)
+        assert set(re.findall(r"https?://[^\s\"'<>`]+", page)) == {"http://www.w3.org/2000/svg"}
+        browser = chromium()
+        if browser is None:
+            return  # WORKLOADMAP_NO_BROWSER=1: the checks above still ran
+
+        def late_transition():   # once the page's feed is connected, a new transition arrives
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(s.started for s in server._subscribers):
+                time.sleep(0.1)
+            writer.todo.put(lambda wh: wh.write([], [
+                {"cluster": "a", "namespace": "ml", "name": "train", "kind": "JobSet", "uid": "uid-train",
+                 "framework": "JobSet", "definition": "jobset", "from": "Completed", "to": "Deleted",
+                 "at": "2026-11-01T07:00:00Z", "gpus": 0, "previousDurationSeconds": 7200.0}]))
+        threading.Thread(target=late_transition, daemon=True).start()
+        result = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000",
+             "--dump-dom", f"{base}/#token=dash-token"], capture_output=True, text=True, timeout=120)
+        dom = result.stdout
+        assert not [m for m in console_messages(result.stderr) if "Uncaught" in m or "error" in m.lower()], \
+            result.stderr[-3000:]
+        assert 'id="error"></p>' in dom, dom[:3000]
+        # capacity now, as the API answers it (test_capacity_now_is_the_live_workloads_requests_by_cluster)
+        api = {i["cluster"]: i for i in get(f"{base}/api/v1/capacity?by=cluster", "dash-token")[1]["items"]}
+        for cluster in ("a", "b"):
+            row = re.search(rf'<tr data-cluster="{cluster}">(.*?)</tr>', dom).group(1)
+            assert f'<td class="running">{api[cluster]["running_gpus"]}</td>' in row
+            assert f'<td class="all">{api[cluster]["all_gpus"]}</td>' in row
+        # the trend: 24 hourly steps ending at NOW, each the clusters' peaks summed, as the API's series
+        series = get(f"{base}/api/v1/capacity?by=cluster&since=2026-10-31T06:00:00Z&until=2026-11-01T06:00:00Z"
+                     "&step=1h", "dash-token")[1]["items"]
+        summed: dict = {}
+        for item in series:
+            if "start" in item:
+                summed[item["start"]] = summed.get(item["start"], 0) + item["peak_gpus"]
+        peaks = [float(p) for p in re.search(r'data-peaks="([^"]*)"', dom).group(1).split(",")]
+        assert len(peaks) == 24 and peaks == [summed[k] for k in sorted(summed)]
+        # 05:00-06:00 by hand: serve Running 4 + infer Running 2 (train Completed at 05:00, big Failed at 04:30)
+        assert peaks[-1] == 4 + 2
+        # the top workloads now: serve holds 4 GPUs (Running); the only running workload of the table
+        assert '<td class="text workload">RayService/serve</td>' in dom
+        # the live feed shows the transition written after the page connected
+        feed = dom[dom.find('id="feed"'):]
+        assert re.search(r'<tr data-row="\d+">(?:(?!</tr>).)*JobSet/train(?:(?!</tr>).)*<td class="text to">Deleted</td>',
+                         feed), feed[:2000]
+    finally:
+        writer.close()
+        server.close()
