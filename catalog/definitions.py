@@ -338,6 +338,27 @@ class Definition:
                 return c
         raise KeyError(name)
 
+    def to_dict(self) -> dict:
+        """The JSON form of the definition (``catalog list/show -o json``): its kind, origin, and each
+        component's parent, kind, where its pod spec is read and its instance id path."""
+        components = []
+        for c in self.components:
+            spec = None
+            if c.spec is not None:
+                spec = ("podTemplateSpec" if c.spec.pod_template else "podSpec" if c.spec.pod_spec
+                        else "fragmented: " + ", ".join(sorted(c.spec.fragments)))
+            components.append({
+                "name": c.name, "parent": c.parent.name if c.parent else None,
+                "kind": str(c.kind) if c.kind else None, "spec": spec,
+                "instances": c.instance_id.source if c.instance_id else None,
+            })
+        return {
+            "name": self.name, "apiVersion": self.gvk.api_version, "kind": self.gvk.kind, "framework": self.framework,
+            "origin": self.origin, "source": self.source, "components": components,
+            "additionalChildKinds": [str(k) for k in self.additional_child_kinds],
+            "podGroups": [g.name for g in self.pod_groups],
+        }
+
 
 def _expr(path: str, value) -> Expr | None:
     if value is None:

@@ -15,13 +15,12 @@ import click
 
 from workloadmap.warehouse import capacities
 from workloadmap.warehouse.capacities import (
-    ALLOCATION_DIMENSIONS, ALLOCATION_SERIES_DIMENSIONS, CATEGORIES, DIMENSIONS, WAIT_DIMENSIONS, capacity_item,
-    series_item, top_item, window_summary)
+    ALLOCATION_DIMENSIONS, ALLOCATION_SERIES_DIMENSIONS, CATEGORIES, DIMENSIONS, WAIT_DIMENSIONS)
 from workloadmap.warehouse.querying import (
-    QueryError, ReadOnlyViolation, WarehouseUnavailable, run_query, run_sql)
+    EmptyHistory, QueryError, ReadOnlyViolation, WarehouseUnavailable, run_sql)
 from workloadmap.warehouse.values import jsonable, number, parse_step
 
-from .options import Instant, connect, history_end, duckdb_option, filter_options, from_options, settings_options, split_values
+from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
 from .outputs import duration, emit, fail, output_option, terminal_safe
 
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
@@ -93,56 +92,54 @@ def capacity(duckdb_path, by, at, since, until, step, top, resource, allocation,
     and pending GPUs and their peaks.
     """
     dims = [] if by.strip().lower() in ("", "none") else [d.strip().lower() for d in by.split(",") if d.strip()]
-    if allocation:
-        _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses, output,
-                    clusters=split_values(clusters), namespaces=split_values(namespaces),
-                    frameworks=split_values(frameworks), node_pools=split_values(node_pools),
-                    gpu_products=split_values(gpu_products))
-        return
-    if node_pools or gpu_products:
-        raise click.UsageError("--node-pool and --gpu-product filter --allocation")
-    bad = [d for d in dims if d not in DIMENSIONS]
-    if bad:
-        raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(DIMENSIONS)}", param_hint="--by")
-    dims = list(dict.fromkeys(dims))
     if at is not None and since is not None:
         raise click.UsageError("--at is an instant, --since a window: give one of them")
     if until is not None and since is None:
         raise click.UsageError("--until needs --since")
+    if allocation:
+        if top is not None or kinds or statuses:
+            raise click.UsageError("--top, --kind and --status are for workload demand, not with --allocation")
+        allowed = ALLOCATION_DIMENSIONS if since is None else ALLOCATION_SERIES_DIMENSIONS
+    elif node_pools or gpu_products:
+        raise click.UsageError("--node-pool and --gpu-product filter --allocation")
+    else:
+        allowed = DIMENSIONS
+    bad = [d for d in dims if d not in allowed]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(allowed)}", param_hint="--by")
+    dims = list(dict.fromkeys(dims))
     try:
-        step_delta = parse_step(step)
+        parse_step(step)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     filters = {"clusters": split_values(clusters), "namespaces": split_values(namespaces),
-               "frameworks": split_values(frameworks), "kinds": split_values(kinds)}
-    status_list = split_values(statuses)
+               "frameworks": split_values(frameworks)}
     conn = connect(duckdb_path)
     try:
-        if since is not None and until is None:
-            until = history_end(conn, duckdb_path)
-        if since is not None and until <= since:
-            raise click.UsageError("--until must be after --since")
-        if top is not None:
-            if since is None:
-                rows = run_query(conn, "capacity_top", at=at, limit=top, statuses=status_list, **filters).dicts()
-            else:
-                rows = run_query(conn, "capacity_top_window", since=since, until=until, limit=top,
-                                 statuses=status_list, **filters).dicts()
-            items = [top_item(r) for r in rows]
-            _emit_top(output, items, resource, at, since, until)
-        elif since is None:
-            rows = run_query(conn, "capacity", at=at, by=dims or None, statuses=status_list, **filters).dicts()
-            items = [capacity_item(r, dims) for r in rows]
-            _emit_capacity(output, items, dims, resource, at)
+        since, until = capacities.resolve_window(conn, at=at, since=since, until=until)
+        if allocation:
+            items = capacities.allocation_report(conn, at=at, since=since, until=until, step=step, by=dims,
+                                                 node_pools=split_values(node_pools),
+                                                 gpu_products=split_values(gpu_products), **filters)
         else:
-            rows = run_query(conn, "capacity_series", since=since, until=until, step=step_delta,
-                             by=dims or None, statuses=status_list, **filters).dicts()
-            items = [series_item(r, dims, step) for r in rows] + window_summary(rows, dims, since, until)
-            _emit_series(output, items, dims, resource, status_list)
+            items = capacities.capacity_report(conn, at=at, since=since, until=until, step=step, top=top, by=dims,
+                                               statuses=split_values(statuses), kinds=split_values(kinds), **filters)
+    except EmptyHistory:
+        fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
     except (QueryError, ReadOnlyViolation) as exc:
         fail(exc)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     finally:
         conn.close()
+    if allocation:
+        _emit_allocation(output, items, dims, at, since, step)
+    elif top is not None:
+        _emit_top(output, items, resource, at, since, until)
+    elif since is None:
+        _emit_capacity(output, items, dims, resource, at)
+    else:
+        _emit_series(output, items, dims, resource, split_values(statuses))
 
 
 def _emit_capacity(output, items, dims, resource, at):
@@ -202,37 +199,7 @@ def _emit_top(output, items, resource, at, since, until):
     emit(output, items, table=table)
 
 
-def _allocation(duckdb_path, dims, at, since, until, step, top, kinds, statuses, output, **filters):
-    """`capacity --allocation`: ``capacities.allocation`` now / at an instant, ``allocation_series`` over a window."""
-    if top is not None or kinds or statuses:
-        raise click.UsageError("--top, --kind and --status are for workload demand, not with --allocation")
-    if at is not None and since is not None:
-        raise click.UsageError("--at is an instant, --since a window: give one of them")
-    if until is not None and since is None:
-        raise click.UsageError("--until needs --since")
-    allowed = ALLOCATION_DIMENSIONS if since is None else ALLOCATION_SERIES_DIMENSIONS
-    bad = [d for d in dims if d not in allowed]
-    if bad:
-        raise click.BadParameter(f"{', '.join(bad)}: group by {', '.join(allowed)}", param_hint="--by")
-    dims = list(dict.fromkeys(dims))
-    try:
-        step_delta = parse_step(step)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    conn = connect(duckdb_path)
-    try:
-        if since is None:
-            items = capacities.allocation(conn, at=at, by=dims, **filters)
-        else:
-            if until is None:
-                until = history_end(conn, duckdb_path)
-            if until <= since:
-                raise click.UsageError("--until must be after --since")
-            items = capacities.allocation_series(conn, since, until, step_delta, step_name=step, by=dims, **filters)
-    except (QueryError, ReadOnlyViolation) as exc:
-        fail(exc)
-    finally:
-        conn.close()
+def _emit_allocation(output, items, dims, at, since, step):
     shown = [("workload" if d == "workload" else d) for d in dims]
     if since is None:
         when = "now" if at is None else f"at {jsonable(at)}"

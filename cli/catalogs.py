@@ -12,9 +12,7 @@ import click
 
 from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, Resolver
 
-from .outputs import error
-
-EXIT_INVALID = 1
+from .outputs import EXIT_INVALID, error
 
 
 def catalog_options(f):

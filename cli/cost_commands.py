@@ -9,7 +9,6 @@ HTML file with charts (``cost_html.py``).
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from datetime import datetime, timedelta, timezone
 
@@ -18,40 +17,16 @@ from rich.table import Table
 
 from workloadmap.warehouse import costing
 from workloadmap.warehouse.pricing import PricingError, load_pricing
-from workloadmap.warehouse.querying import QueryError
-from workloadmap.warehouse.values import parse_instant
+from workloadmap.warehouse.querying import EmptyHistory, QueryError, history_end
+from workloadmap.warehouse.values import iso
 
 from . import cost_html
-from .options import connect, duckdb_option, history_end, split_values
+from .options import Instant, connect, duckdb_option, invocation_now, split_values
 from .outputs import emit, fail, output_option
 
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
-_RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)([dhm])$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 LABELS = {"cluster": "Cluster", "namespace": "Namespace", "framework": "Framework", "workload": "Workload",
           "node_pool": "Node pool"}
-
-
-def parse_time(text: str, *, now: datetime | None = None) -> datetime:
-    """An instant as `capacity` reads it (RFC 3339 / ISO 8601, naive = UTC), or `now`, or `7d`/`12h`/`30m` ago."""
-    now = now or datetime.now(timezone.utc)
-    text = text.strip()
-    if text == "now":
-        return now
-    m = _RELATIVE.match(text)
-    if m:
-        try:
-            return now - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
-        except OverflowError:   # before year 1
-            raise click.BadParameter(f"{text!r} is further back than time goes") from None
-    try:
-        return parse_instant(text).astimezone(timezone.utc)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _short(t: datetime) -> str:
@@ -283,9 +258,9 @@ def _allocation_charts(conn, report: costing.CostReport, step, periods, options)
 
 @click.command("cost")
 @duckdb_option
-@click.option("--since", required=True, metavar="TIME",
+@click.option("--since", required=True, type=Instant(), metavar="TIME",
               help="Window start: 2026-11-01, 2026-11-01T06:00:00Z, now, or 7d / 12h (ago).")
-@click.option("--until", metavar="TIME",
+@click.option("--until", type=Instant(), metavar="TIME",
               help="Window end (exclusive), same forms; default: the end of the history (its last state).")
 @click.option("--by", "by", multiple=True, metavar="DIMS",
               help="Group by cluster, namespace, framework, workload, role (a workload's component; allocated "
@@ -320,9 +295,8 @@ def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initi
     window; an open one lasts until now.  --idle: the GPU-hours the nodes had
     and no pod held, and their cost.
     """
-    now = datetime.now(timezone.utc)
-    t0 = parse_time(since, now=now)
-    t1 = parse_time(until, now=now) if until else None
+    now = invocation_now()
+    t0, t1 = since, until
     dims = split_values(by) or ["cluster"]
     allowed = costing.IDLE_DIMENSIONS if idle else costing.DIMENSIONS + (("role",) if basis == costing.ALLOCATED else ())
     unknown = [d for d in dims if d not in allowed]
@@ -339,7 +313,7 @@ def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initi
     conn = connect(duckdb_path)
     try:
         if t1 is None:
-            t1 = history_end(conn, duckdb_path)
+            t1 = history_end(conn)
         if t1 <= t0:
             raise click.BadParameter(f"{iso(t1)} is not after --since {iso(t0)}", param_hint="--until")
         if idle:
@@ -355,6 +329,8 @@ def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initi
                 basis=basis)
             document = html_report(conn, report, options=options, pricing_source=pricing_path) \
                 if output == "html" else None
+    except EmptyHistory:
+        fail(QueryError(f"{duckdb_path}: the history is empty; give --until"))
     except QueryError as exc:
         fail(exc)
     finally:

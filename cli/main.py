@@ -19,7 +19,6 @@ from workloadmap import __version__
 from workloadmap.catalog import DefinitionError, ObjectIndex, ResolveError, UnknownKindError, exporting
 from workloadmap.catalog.registry import bundled_related
 from workloadmap.catalog.workloads import missing_references
-from workloadmap.catalog.definitions import Definition
 from workloadmap.catalog.validating import Problem, read_documents, validate_file
 from workloadmap.ingest.watching import WatchingFailed
 from workloadmap.settings import BrokerUnavailable
@@ -29,9 +28,7 @@ from workloadmap.warehouse.querying import WarehouseUnavailable
 
 from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
 from .catalogs import build_catalog, catalog_options
-from .outputs import emit, error, output_option, terminal_safe
-
-EXIT_INVALID = 1
+from .outputs import EXIT_INTERRUPTED, EXIT_INVALID, emit, error, output_option, terminal_safe
 
 # What a command cannot have, said in one line: the warehouse file (missing, held by a writer,
 # damaged, not writable), the broker, the cluster's watchers that stopped.
@@ -121,26 +118,6 @@ def catalog_group():
     """List, show and validate definitions."""
 
 
-def definition_item(d: Definition) -> dict:
-    components = []
-    for c in d.components:
-        spec = None
-        if c.spec is not None:
-            spec = ("podTemplateSpec" if c.spec.pod_template else "podSpec" if c.spec.pod_spec
-                    else "fragmented: " + ", ".join(sorted(c.spec.fragments)))
-        components.append({
-            "name": c.name, "parent": c.parent.name if c.parent else None,
-            "kind": str(c.kind) if c.kind else None, "spec": spec,
-            "instances": c.instance_id.source if c.instance_id else None,
-        })
-    return {
-        "name": d.name, "apiVersion": d.gvk.api_version, "kind": d.gvk.kind, "framework": d.framework,
-        "origin": d.origin, "source": d.source, "components": components,
-        "additionalChildKinds": [str(k) for k in d.additional_child_kinds],
-        "podGroups": [g.name for g in d.pod_groups],
-    }
-
-
 @catalog_group.command("list")
 @catalog_options
 @live_commands.cluster_options
@@ -154,7 +131,7 @@ def catalog_list(definition_files, gpu_resources, kubeconfig, context, output):
     catalog = build_catalog(definition_files, gpu_resources)
     if kubeconfig or context:
         live_commands.add_cluster_definitions(catalog, kubeconfig, context)
-    emit(output, [definition_item(d) for d in catalog], table=rendering.definition_table)
+    emit(output, [d.to_dict() for d in catalog], table=rendering.definition_table)
 
 
 @catalog_group.command("show")
@@ -174,7 +151,7 @@ def catalog_show(name, definition_files, gpu_resources, output):
         error(exc.args[0])
         sys.exit(EXIT_INVALID)
     if output == "tree":
-        emit(output, [definition_item(d)], tree=rendering.definition_trees)
+        emit(output, [d.to_dict()], tree=rendering.definition_trees)
     elif output == "karta":
         doc, dropped = exporting.karta_document(d)
         if dropped:
@@ -231,9 +208,6 @@ pipeline_commands.register(cli)
 analytics_commands.register(cli)
 cost_commands.register(cli)
 live_commands.register(cli)
-
-
-EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report a command Ctrl-C stopped
 
 
 def main(prog_name: str = "workloadmap"):

@@ -12,14 +12,15 @@ import datetime as dt
 import click
 
 from workloadmap.settings import DEFAULT_DUCKDB, Settings, SettingsError, load
-from workloadmap.warehouse.querying import QueryError, WarehouseUnavailable, open_readonly, run_query
+from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly
 from workloadmap.warehouse.values import parse_instant
 
 from .outputs import fail
 
 
 class Instant(click.ParamType):
-    """A `--since`/`--at` style instant (``warehouse.values.parse_instant``), as a usage error when malformed."""
+    """A time option in the one grammar of ``warehouse.values.parse_instant`` (2026-11-03T10:00:00Z, now,
+    yesterday, 7d, 12h ...), as a usage error when malformed."""
 
     name = "TIME"
 
@@ -27,9 +28,18 @@ class Instant(click.ParamType):
         if isinstance(value, dt.datetime):
             return value
         try:
-            return parse_instant(value)
+            return parse_instant(value, now=invocation_now(ctx))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+def invocation_now(ctx: click.Context | None = None) -> dt.datetime:
+    """"Now" for one command line: read from the clock once, so that `--since 7d --until now` and the
+    end of an open interval are the same instant."""
+    ctx = ctx or click.get_current_context(silent=True)
+    if ctx is None:
+        return dt.datetime.now(dt.timezone.utc)
+    return ctx.meta.setdefault("workloadmap.now", dt.datetime.now(dt.timezone.utc))
 
 
 def split_values(values) -> list[str] | None:
@@ -89,10 +99,3 @@ def from_options(options: dict) -> Settings:
     except SettingsError as exc:
         raise click.BadParameter(str(exc), param_hint="--config") from None
 
-
-def history_end(conn, path):
-    """The last instant of the history (a window's default end), or the reason there is none and exit status 1."""
-    end = run_query(conn, "history_bounds").rows[0][1]
-    if end is None:
-        fail(QueryError(f"{path}: the history is empty; give --until"))
-    return end

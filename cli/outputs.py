@@ -110,10 +110,13 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
 # Exit statuses, the same for every command, so a script can branch on them (README: exit codes).
 EXIT_OK = 0              # done; an empty result too
 EXIT_FAILED = 1          # the cluster (kubeconfig, connection, 401/403) or the input could not be used
+EXIT_INVALID = 1         # what was read is invalid (a definition that does not validate, an object that
+                         # does not resolve): said after printing the rest
 EXIT_USAGE = 2           # click's usage errors: unknown option, bad value
 EXIT_NOT_FOUND = 3       # no workload of that name (or its kind is not served by the cluster)
 EXIT_NO_DEFINITION = 4   # no catalog definition reads that kind
 EXIT_AMBIGUOUS = 5       # a name or type that means several workloads or kinds
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report a command Ctrl-C stopped
 
 # The `error` field of a machine-readable error, per exit status.
 ERROR_NAMES = {EXIT_FAILED: "failed", EXIT_USAGE: "usage", EXIT_NOT_FOUND: "not_found",

@@ -61,7 +61,10 @@ MAX_BATCH = 1000  # events processed, sent and acked together, at most
 
 
 @dataclass
-class Settings:
+class WorkerSettings:
+    """What one faust worker of the processors is given: its broker, topics and app id (the services'
+    settings, ``workloadmap.settings.Settings``, are turned into these by ``workloadmap.running``)."""
+
     bootstrap_servers: str = "127.0.0.1:9092"
     app_id: str = "workloadmap-processors"
     raw_topic: str = records.RAW_TOPIC
@@ -97,7 +100,7 @@ def _credentials(security: dict):
 class PartitionStates:
     """Object states of the raw partitions this worker owns, rebuilt from the records topic."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.by_partition: dict[int, MemoryStates] = {}
 
@@ -167,7 +170,7 @@ class ClusterDefinitions:
     partitions are read does not matter.
     """
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self._consumer = None
 
@@ -211,7 +214,7 @@ def _kafka_python_security(security: dict) -> dict:
                      "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
 
-def create_app(settings: Settings, processor: Processor | None = None) -> faust.App:
+def create_app(settings: WorkerSettings, processor: Processor | None = None) -> faust.App:
     processor = processor or Processor()
     # faust wants a data directory (for local table stores); this app keeps its state in
     # memory and rebuilds it from the records topic, so a private temporary one does, and
@@ -318,6 +321,5 @@ def create_app(settings: Settings, processor: Processor | None = None) -> faust.
             await outputs.send()
             ack_batch(stream, events)
 
-    app.workloadmap_settings = settings
-    app.workloadmap_data_dir = data_dir   # removed with the app
+    app.workloadmap_data_dir = data_dir   # held by the app: the directory lives as long as the app does
     return app

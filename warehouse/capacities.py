@@ -1,21 +1,81 @@
 """Capacity reports as JSON-ready items: demand at an instant, per step over a window, the top workloads.
 
-The named queries ``capacity``, ``capacity_series``, ``capacity_top`` and
-``capacity_top_window`` answer in DuckDB rows (memory in bytes, timestamps as
-datetimes); these functions turn them into the items every consumer shows
-(`workloadmap capacity -o json`, a dashboard, a notebook): memory in GiB,
-numbers rounded, instants in RFC 3339.  ``window_summary`` adds what no
-single SQL step gives: the whole window per group, as the time-weighted
-average of its steps and the highest of their peaks.
+``capacity_report`` (workload demand) and ``allocation_report`` (what the
+nodes have and the pods hold) are what ``workloadmap capacity [--allocation]
+-o json`` prints, the twins of ``costing.cost_report``: a notebook or a
+dashboard gets the same items from the same call.  They choose among the named
+queries ``capacity``, ``capacity_series``, ``capacity_top``,
+``capacity_top_window``, ``allocation`` and ``allocation_series``, which answer
+in DuckDB rows (memory in bytes, timestamps as datetimes), and turn the rows
+into items: memory in GiB, numbers rounded, instants in RFC 3339.
+``window_summary`` adds what no single SQL step gives: the whole window per
+group, as the time-weighted average of its steps and the highest of their peaks.
 """
 
 from __future__ import annotations
 
-from .querying import run_query
-from .values import GIB, jsonable, number
+from .querying import history_end, run_query
+from .values import GIB, iso, jsonable, number, parse_step
 
 DIMENSIONS = ("cluster", "namespace", "framework", "kind", "status")
 CATEGORIES = ("running", "degraded", "starting", "queued", "all")
+
+
+def capacity_report(conn, *, at=None, since=None, until=None, step: str = "1h", top: int | None = None,
+                    by=("cluster",), statuses=None, **filters) -> list[dict]:
+    """Workload demand, as ``workloadmap capacity -o json`` gives it.
+
+    - Now, or at the instant `at`: per group of DIMENSIONS (`by`), the workloads and each category's
+      GPUs, CPU and memory GiB (``capacity_item``).
+    - Over the window [since, until) (`until` defaults to the end of the history): per step of `step`
+      (``15m``, ``1h``, ``1d`` ...) and group, the average and the peak demand of Running and Degraded
+      workloads (or of `statuses`), then the whole window per group (``series_item``, ``window_summary``).
+    - With `top`: the N workloads with the most GPUs now or at `at`, or with the most GPU-hours over the
+      window (``top_item``).
+
+    Filters: clusters, namespaces, frameworks, kinds (lists or None).  Raises ValueError for a request
+    that does not hold together (`at` and `since`, `until` without `since`, an empty window, an unknown
+    dimension or step), and querying.EmptyHistory when the window needs the end of an empty history.
+    """
+    by = _dimensions(by, DIMENSIONS)
+    step_delta = parse_step(step)
+    since, until = resolve_window(conn, at=at, since=since, until=until)
+    if top is not None:
+        if since is None:
+            rows = run_query(conn, "capacity_top", at=at, limit=top, statuses=statuses, **filters).dicts()
+        else:
+            rows = run_query(conn, "capacity_top_window", since=since, until=until, limit=top, statuses=statuses,
+                             **filters).dicts()
+        return [top_item(r) for r in rows]
+    if since is None:
+        rows = run_query(conn, "capacity", at=at, by=by or None, statuses=statuses, **filters).dicts()
+        return [capacity_item(r, by) for r in rows]
+    rows = run_query(conn, "capacity_series", since=since, until=until, step=step_delta, by=by or None,
+                     statuses=statuses, **filters).dicts()
+    return [series_item(r, by, step) for r in rows] + window_summary(rows, by, since, until)
+
+
+def resolve_window(conn, *, at=None, since=None, until=None):
+    """(since, until) of a report: (None, None) for an instant (`at`, or now), else the window
+    [since, until) with its end the history's by default (the reports call it; a caller that shows
+    the window calls it first)."""
+    if at is not None and since is not None:
+        raise ValueError("at is an instant, since a window: give one of them")
+    if until is not None and since is None:
+        raise ValueError("until needs since")
+    if since is not None:
+        until = history_end(conn) if until is None else until
+        if until <= since:
+            raise ValueError(f"the window is empty: until ({iso(until)}) is not after since ({iso(since)})")
+    return since, until
+
+
+def _dimensions(by, allowed) -> list[str]:
+    by = list(dict.fromkeys(by or ()))
+    bad = [d for d in by if d not in allowed]
+    if bad:
+        raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(allowed)})")
+    return by
 
 
 def capacity_item(row: dict, by: list[str]) -> dict:
@@ -126,12 +186,18 @@ def wait_item(row: dict, by) -> dict:
     return item
 
 
-def _dimensions(by, allowed) -> list[str]:
-    by = list(dict.fromkeys(by or ()))
-    bad = [d for d in by if d not in allowed]
-    if bad:
-        raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(allowed)})")
-    return by
+def allocation_report(conn, *, at=None, since=None, until=None, step: str = "1h", by=("cluster",),
+                      **filters) -> list[dict]:
+    """GPUs of the nodes and the pods, as ``workloadmap capacity --allocation -o json`` gives them: now or at
+    `at` per group of ALLOCATION_DIMENSIONS (``allocation``), or per step of `step` over [since, until)
+    per group of ALLOCATION_SERIES_DIMENSIONS (``allocation_series``; `until` defaults to the end of the
+    history).  Filters: clusters, namespaces, frameworks, node_pools, gpu_products (lists or None).
+    Raises as ``capacity_report`` does."""
+    step_delta = parse_step(step)
+    since, until = resolve_window(conn, at=at, since=since, until=until)
+    if since is None:
+        return allocation(conn, at=at, by=by, **filters)
+    return allocation_series(conn, since, until, step_delta, step_name=step, by=by, **filters)
 
 
 def allocation(conn, *, at=None, by=("cluster",), **filters) -> list[dict]:

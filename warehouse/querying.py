@@ -222,3 +222,15 @@ def run_query(conn, name: str, **params) -> Result:
 def run_query_arrow(conn, name: str, **params) -> pa.Table:
     """Run a named query and fetch its result as an Arrow table (large results: no Python object per row)."""
     return _run(conn, *_bound(name, params), arrow=True)
+
+
+class EmptyHistory(QueryError):
+    """The history holds no workload state yet, so a window has no end to default to."""
+
+
+def history_end(conn) -> dt.datetime:
+    """The end of the history (its last observed state): where a window given no end stops."""
+    end = run_query(conn, "history_bounds").rows[0][1]
+    if end is None:
+        raise EmptyHistory("the history is empty: give the end of the window")
+    return end

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 
 from workloadmap.catalog.records import parse_time
 from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly, run_query
+from workloadmap.warehouse.values import iso
 
 from .settings import check_broker
 
@@ -50,10 +51,6 @@ class Filters:
 
 
 # --------------------------------------------------------------------------- formatting
-
-
-def iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def duration_text(seconds: float) -> str:
@@ -96,7 +93,7 @@ def _from_row(row: dict) -> dict:
     return {
         "cluster": row["cluster"], "namespace": row["namespace"], "name": row["name"], "kind": row["kind"],
         "uid": row["uid"], "framework": row["framework"], "definition": row["definition"],
-        "from": row["from_status"], "to": row["to_status"], "at": iso(row["transitioned_at"]),
+        "from": row["from_status"], "to": row["to_status"], "at": iso(row["transitioned_at"], "milliseconds"),
         "gpus": row["gpus"], "previousDurationSeconds": row["previous_duration_seconds"],
     }
 

@@ -116,11 +116,10 @@ def run_processors(settings: Settings) -> None:
     """
     import faust
 
-    from workloadmap.processors.app import Settings as AppSettings
-    from workloadmap.processors.app import create_app
+    from workloadmap.processors.app import WorkerSettings, create_app
 
     ensure_topics(settings)
-    app = create_app(AppSettings(
+    app = create_app(WorkerSettings(
         bootstrap_servers=settings.bootstrap_servers, app_id=f"{settings.client_id}-processors",
         raw_topic=settings.raw_topic, workloads_topic=settings.workloads_topic,
         transitions_topic=settings.transitions_topic, deadletter_topic=settings.deadletter_topic,

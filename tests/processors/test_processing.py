@@ -33,7 +33,7 @@ def processor():
     return Processor()
 
 
-def _jobset(rv="100", **status_patch):
+def _jobset(rv="100"):
     obj = copy.deepcopy(example_objects("jobset")["llama-pretrain"])
     obj["metadata"]["resourceVersion"] = rv
     return obj

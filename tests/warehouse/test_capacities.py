@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime, timedelta, timezone
 
 import click
 import pytest
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from tests.analytics_history import GIB, at, build
 from workloadmap.cli import analytics_commands
 from workloadmap.warehouse.querying import open_readonly, run_query
+from workloadmap.warehouse.values import parse_instant
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +210,58 @@ def test_demo_warehouse_is_plausible(tmp_path):
     first, last = conn.execute("SELECT min(observed_at), max(observed_at) FROM workload_states").fetchone()
     series = run("capacity", "--duckdb", path, "--since", first.isoformat(), "--step", "6h", "-o", "json")["items"]
     assert series and all(0 <= s["avg_gpus"] <= s["peak_gpus"] for s in series)
+
+
+def test_capacity_takes_the_time_grammar_of_every_command(history):
+    """`--at now`, `--since 7d --until now` and `yesterday` (warehouse/values.parse_instant), as `cost` takes them.
+
+    The history ends on 2026-11-01 (tests/analytics_history.py) with serve (cluster a) Running on 4 GPUs,
+    4 CPU, 8 GiB ever since, and nothing else Running or Degraded: over the last 7 days every daily step
+    of cluster a, and the whole window, average and peak at exactly that, and cluster b has no row.
+    """
+    assert run("capacity", "--duckdb", history, "--at", "now", "-o", "json") == \
+        run("capacity", "--duckdb", history, "-o", "json")   # no change since the history's end
+    before = datetime.now(timezone.utc)
+    items = run("capacity", "--duckdb", history, "--since", "7d", "--until", "now", "--step", "1d", "-o", "json")["items"]
+    after = datetime.now(timezone.utc)
+    whole = [i for i in items if i["step"] == "window"]
+    steps = [i for i in items if i["step"] == "1d"]
+    assert len(steps) == 7 and [i["cluster"] for i in whole] == ["a"]
+    demand = {"avg_gpus": 4, "peak_gpus": 4, "avg_cpu": 4, "peak_cpu": 4, "avg_memory_gib": 8, "peak_memory_gib": 8}
+    assert all({k: i[k] for k in demand} == demand for i in steps + whole)
+    start, end = (parse_instant(whole[0][k]) for k in ("start", "end"))
+    assert end - start == timedelta(days=7)   # one reading of the clock for both options
+    assert before - timedelta(milliseconds=1) <= end <= after
+    # yesterday is a midnight (UTC); the top workloads by GPU-hours from the history's start to it
+    top = run("capacity", "--duckdb", history, "--since", "2026-11-01", "--until", "yesterday", "--top", "1",
+              "-o", "json")["items"]
+    assert [(t["name"], t["peak_gpus"]) for t in top] == [("serve", 4)]
+    # a window that ends before it starts says so, as a usage error
+    result = CliRunner().invoke(cli(), ["capacity", "--duckdb", history, "--since", "7d"])
+    assert result.exit_code == 2 and "the window is empty: until (2026-11-01T06:00:00Z) is not after since" \
+        in result.output
+
+
+def test_a_notebook_gets_the_items_the_command_prints(history):
+    """capacity_report / allocation_report (warehouse/capacities.py) are the command's library: same items."""
+    from workloadmap.warehouse import capacities
+
+    at, since, until = parse_instant("2026-11-01T03:00:00Z"), parse_instant("2026-11-01"), parse_instant("2026-11-02")
+    conn = open_readonly(history)
+    try:
+        assert capacities.capacity_report(conn, at=at, by=["cluster", "framework"]) == run(
+            "capacity", "--duckdb", history, "--at", "2026-11-01T03:00:00Z", "--by", "cluster,framework",
+            "-o", "json")["items"]
+        assert capacities.capacity_report(conn, since=since, until=until, step="6h") == run(
+            "capacity", "--duckdb", history, "--since", "2026-11-01", "--until", "2026-11-02", "--step", "6h",
+            "-o", "json")["items"]
+        assert capacities.capacity_report(conn, since=since, top=2) == run(
+            "capacity", "--duckdb", history, "--since", "2026-11-01", "--top", "2", "-o", "json")["items"]
+        assert capacities.allocation_report(conn, at=at) == run(
+            "capacity", "--allocation", "--duckdb", history, "--at", "2026-11-01T03:00:00Z", "-o", "json")["items"]
+        with pytest.raises(ValueError, match="at is an instant, since a window"):
+            capacities.capacity_report(conn, at=at, since=since)
+        with pytest.raises(ValueError, match="cannot group by team"):
+            capacities.capacity_report(conn, by=["team"])
+    finally:
+        conn.close()

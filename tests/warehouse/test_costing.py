@@ -34,6 +34,7 @@ from workloadmap.warehouse.costing import CONSUMING as CONSUMING_STATUSES
 from workloadmap.warehouse.costing import consuming_statuses, cost_report, row_columns
 from workloadmap.warehouse.pricing import PricingError, load_pricing, parse_pricing
 from workloadmap.warehouse.querying import open_readonly, run_query_arrow
+from workloadmap.warehouse.values import parse_instant
 from workloadmap.warehouse.writing import Warehouse
 
 # A group of its own (the commands `workloadmap` registers), so the shared one is left as main.py builds it.
@@ -427,11 +428,11 @@ def test_cli_refuses_a_warehouse_held_by_the_writer(tmp_path):
 
 def test_time_arguments():
     now = datetime(2026, 11, 10, 12, tzinfo=UTC)
-    assert cost_commands.parse_time("2026-11-01", now=now) == datetime(2026, 11, 1, tzinfo=UTC)
-    assert cost_commands.parse_time("2026-11-01T02:00+02:00", now=now) == datetime(2026, 11, 1, tzinfo=UTC)
-    assert cost_commands.parse_time("7d", now=now) == datetime(2026, 11, 3, 12, tzinfo=UTC)
-    assert cost_commands.parse_time("-12h", now=now) == datetime(2026, 11, 10, tzinfo=UTC)
-    assert cost_commands.parse_time("now", now=now) == now
+    assert parse_instant("2026-11-01", now=now) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_instant("2026-11-01T02:00+02:00", now=now) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_instant("7d", now=now) == datetime(2026, 11, 3, 12, tzinfo=UTC)
+    assert parse_instant("-12h", now=now) == datetime(2026, 11, 10, tzinfo=UTC)
+    assert parse_instant("now", now=now) == now
     assert row_columns(("framework", "workload")) == ("framework", "cluster", "namespace", "workload")
 
 
