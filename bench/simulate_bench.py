@@ -16,7 +16,7 @@ import json
 import time
 
 from workloadmap.catalog import records
-from workloadmap.ingest.simulating import _states, simulate, simulate_messages
+from workloadmap.ingest.simulating import simulate, simulate_messages, warm_up
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     knobs = dict(clusters=args.clusters, workloads=args.workloads, days=args.days, seed=args.seed)
 
     t0 = time.perf_counter()
-    _states()
+    warm_up()
     prepare = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -6,6 +6,9 @@ builtins (``length``, ``has(k)``) are written as plain functions of values;
 filter builtins (``map(f)``, ``select(f)``) receive compiled closures.
 Builtins that loop without bound (range, repeat, recurse, while, until,
 walk, paths) are deliberately absent: definitions may not use them.
+
+Why one module of this size: it is a table, one short registration per
+builtin of the subset, and auditing the subset means reading that table.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import re
 
 from . import matching
 from .errors import JqRuntimeError
-from .evaluating import BUDGET, _index, _iterate, truthy
+from .evaluating import BUDGET, index, iterate, truthy
 from .values import MAX_SIZE, SortKey, compare, jq_add, normalize_number, split_string, tojson, tostring, type_name
 
 BUILTINS: dict = {}
@@ -116,7 +119,7 @@ def _map(c, args, nodes):
     def run(inp, env):
         budget = env[BUDGET]
         out = []
-        for item in _iterate(inp):
+        for item in iterate(inp):
             budget.tick()
             out.extend(f(item, env))
         return (out,)
@@ -230,14 +233,14 @@ def _any_all(is_any):
 
     def zero(c, args, nodes):
         def run(inp, env):
-            items = _iterate(inp)
+            items = iterate(inp)
             env[BUDGET].tick(len(items))
             return ((any if is_any else all)(truthy(v) for v in items),)
         return run
 
     def one(c, args, nodes):
         (cond,) = args
-        return with_gen_cond(lambda inp, env: _iterate(inp), cond)
+        return with_gen_cond(lambda inp, env: iterate(inp), cond)
 
     def two(c, args, nodes):
         gen, cond = args
@@ -327,7 +330,7 @@ def getpath(v, path):
     for key in path:
         if v is None:
             return None
-        v = _index(v, key)
+        v = index(v, key)
     return v
 
 
@@ -413,7 +416,7 @@ def to_entries(v):
 @value0("from_entries")
 def from_entries(v):
     out = {}
-    for e in _iterate(v):
+    for e in iterate(v):
         if not isinstance(e, dict):
             raise JqRuntimeError(f"Cannot index {type_name(e)} with \"key\"")
         k = None
@@ -444,7 +447,7 @@ def from_entries(v):
 @value0("add")
 def add(v):
     acc = None
-    for item in _iterate(v):
+    for item in iterate(v):
         acc = jq_add(acc, item)
     return acc
 
@@ -565,7 +568,7 @@ def join(v, sep):
     if not isinstance(sep, str):
         raise JqRuntimeError(f"{type_name(sep)} ({tojson(sep)[:30]}) and string cannot be added")
     parts = []
-    for item in _iterate(v):
+    for item in iterate(v):
         if item is None:
             parts.append("")
         elif isinstance(item, str):
@@ -581,7 +584,6 @@ def join(v, sep):
 
 
 # -- regular expressions: RE2, linear in the subject (matching.py says why) -----
-_test = matching.test
 
 
 def _regex_calls(name, arity, per_match=None, outer_flags=False):
@@ -636,7 +638,7 @@ def _split_outputs(inp, pattern, flags, env):
 
 
 _regex_calls("test", 2, _test_outputs, outer_flags=True)
-value1("test")(lambda v, arg: _test(v, *matching.pattern_and_flags(arg)))
+value1("test")(lambda v, arg: matching.test(v, *matching.pattern_and_flags(arg)))
 for _arity in (1, 2):
     _regex_calls("match", _arity, _match_outputs, outer_flags=True)
     _regex_calls("capture", _arity, _capture_outputs, outer_flags=True)
@@ -647,7 +649,7 @@ _regex_calls("split", 2, _split_outputs)
 
 def _test2_one(c, ones):
     re_fn, flags_fn = ones
-    return lambda inp, env: _test(inp, re_fn(inp, env), flags_fn(inp, env))
+    return lambda inp, env: matching.test(inp, re_fn(inp, env), flags_fn(inp, env))
 
 
 ONE_BUILTINS[("test", 2)] = _test2_one
@@ -736,7 +738,7 @@ def _flatten(v, depth):
     if depth < 0:
         raise JqRuntimeError("flatten depth must not be negative")
     out = []
-    for item in _iterate(v):
+    for item in iterate(v):
         if isinstance(item, list) and depth > 0:
             out.extend(_flatten(item, depth - 1))
         else:
@@ -777,17 +779,17 @@ _math("abs", abs)
 
 @value0("first")
 def first0(v):
-    return _index(v, 0)
+    return index(v, 0)
 
 
 @value0("last")
 def last0(v):
-    return _index(v, -1)
+    return index(v, -1)
 
 
 @value1("nth")
 def nth1(v, n):
-    return _index(v, n)
+    return index(v, n)
 
 
 def _type_filter(name, test):

@@ -10,6 +10,10 @@ Every evaluation carries a :class:`Budget` in ``env``: iteration, collection
 and reduction steps tick it, and it raises :class:`JqLimitError` when the
 step count or the deadline is exceeded.  The native subset has no recursion
 and no unbounded loop builtins, so ticks at those places bound any program.
+
+Why one module of this size: the compiler is one dispatch over the AST, and
+its node cases share the primitives (``index``, ``iterate``, ``negate``,
+``slice_``) that the builtins, the path walker and the generated code import.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def truthy(v) -> bool:
     return v is not None and v is not False
 
 
-def _index(container, key):
+def index(container, key):
     """jq `.[key]` on one value."""
     if container is None and (isinstance(key, str) or (
             isinstance(key, (int, float)) and not isinstance(key, bool))):
@@ -106,7 +110,9 @@ def _indices(container, sub):
     return [i for i in range(len(container) - n + 1) if container[i:i + n] == sub]
 
 
-def _iterate(value):
+def iterate(value):
+    """jq `.[]` on one value: the values of an array or an object (the primitives the evaluator,
+    the path walker and the generated code share)."""
     if isinstance(value, list):
         return value
     if isinstance(value, dict):
@@ -115,13 +121,15 @@ def _iterate(value):
         "" if value is None else f" ({tojson(value)[:40]})"))
 
 
-def _negate(v):
+def negate(v):
+    """jq unary minus on one value."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise JqRuntimeError(f"{type_name(v)} ({tojson(v)[:40]}) cannot be negated")
     return -v
 
 
-def _slice(value, lo, hi):
+def slice_(value, lo, hi):
+    """jq `.[lo:hi]` on one value (a string, an array or null)."""
     if value is None:
         return None
     if not isinstance(value, (list, str)):
@@ -200,16 +208,16 @@ class Compiler:
                 def field(inp, env):
                     if inp.__class__ is dict:
                         return inp.get(name)
-                    return _index(inp, name)
+                    return index(inp, name)
                 return field
 
             def field_of(inp, env):
                 obj = base(inp, env)
                 if obj.__class__ is dict:
                     return obj.get(name)
-                return _index(obj, name)
+                return index(obj, name)
             return field_of
-        return lambda inp, env: _index(base(inp, env), key(inp, env))
+        return lambda inp, env: index(base(inp, env), key(inp, env))
 
     def o_slice(self, node):
         base = self.one(node[1])
@@ -217,7 +225,7 @@ class Compiler:
         hi = self.one(node[3]) if node[3] is not None else (lambda inp, env: None)
         if base is None or lo is None or hi is None:
             return None
-        return lambda inp, env: _slice(base(inp, env), lo(inp, env), hi(inp, env))
+        return lambda inp, env: slice_(base(inp, env), lo(inp, env), hi(inp, env))
 
     def o_pipe(self, node):
         left, right = self.one(node[1]), self.one(node[2])
@@ -251,7 +259,7 @@ class Compiler:
         inner = self.one(node[1])
         if inner is None:
             return None
-        return lambda inp, env: _negate(inner(inp, env))
+        return lambda inp, env: negate(inner(inp, env))
 
     def o_binop(self, node):
         fn = self._BINOPS[node[1]]
@@ -349,7 +357,7 @@ class Compiler:
         def run(inp, env):
             for k in key(inp, env):
                 for obj in base(inp, env):
-                    yield _index(obj, k)
+                    yield index(obj, k)
         return run
 
     def c_slice(self, node):
@@ -361,7 +369,7 @@ class Compiler:
             for h in hi(inp, env):
                 for low in lo(inp, env):
                     for obj in base(inp, env):
-                        yield _slice(obj, low, h)
+                        yield slice_(obj, low, h)
         return run
 
     def c_iter(self, node):
@@ -370,7 +378,7 @@ class Compiler:
         def run(inp, env):
             budget = env[BUDGET]
             for obj in base(inp, env):
-                items = _iterate(obj)
+                items = iterate(obj)
                 budget.tick(len(items) + 1)
                 yield from items
         return run
@@ -430,7 +438,7 @@ class Compiler:
 
         def run(inp, env):
             for v in inner(inp, env):
-                yield _negate(v)
+                yield negate(v)
         return run
 
     _BINOPS = {
@@ -524,7 +532,7 @@ class Compiler:
                 budget = env[BUDGET]
                 for obj in base(inp, env):
                     try:
-                        items = _iterate(obj)
+                        items = iterate(obj)
                     except JqRuntimeError:
                         continue
                     budget.tick(len(items) + 1)
@@ -533,7 +541,7 @@ class Compiler:
                 for k in key(inp, env):
                     for obj in base(inp, env):
                         try:
-                            yield _index(obj, k)
+                            yield index(obj, k)
                         except JqRuntimeError:
                             pass
             else:
@@ -541,7 +549,7 @@ class Compiler:
                     for low in lo(inp, env):
                         for obj in base(inp, env):
                             try:
-                                yield _slice(obj, low, h)
+                                yield slice_(obj, low, h)
                             except JqRuntimeError:
                                 pass
         return run

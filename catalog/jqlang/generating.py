@@ -22,6 +22,10 @@ the step count where the reference budget would first consult its clock
 would have failed.  Constructs it does not generate (``reduce``, ``try``,
 most generator builtins) leave their whole program to the reference
 evaluation (:class:`Unsupported` from here).
+
+Why one module of this size: it is one code generator over the AST whose node
+cases share the scope and statement bookkeeping, and the exactness argument
+above holds for it as a whole.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from __future__ import annotations
 import ast
 import math
 
-from .builtins import VALUE_FUNCTIONS, _test
+from . import matching
+from .builtins import VALUE_FUNCTIONS
 from .errors import JqRuntimeError, Unsupported
-from .evaluating import Budget, Compiler, _index, _iterate, _negate, _slice
+from .evaluating import Budget, Compiler, index, iterate, negate, slice_
 from .values import MAX_SIZE, compare, jq_add, jq_div, jq_mod, jq_mul, jq_sub, normalize_number, tostring
 
 # The reference budget consults its clock (and could raise) only once this many steps are
@@ -67,7 +72,7 @@ def _index_opt(container, key, missing):
     """`.[key]?`: the value, or `missing` where `.[key]` would fail (as the closures, only
     jq's own errors are caught)."""
     try:
-        return _index(container, key)
+        return index(container, key)
     except JqRuntimeError:
         return missing
 
@@ -147,9 +152,9 @@ def _ne(a, b):
 
 
 RUNTIME = {
-    "_Bail": Bail, "_bail": _bail, "_get": _get, "_index": _index, "_iterate": _iterate,
+    "_Bail": Bail, "_bail": _bail, "_get": _get, "_index": index, "_iterate": iterate,
     "_iterate_opt": _iterate_opt, "_index_opt": _index_opt, "_key": _key, "_interp": _interp,
-    "_negate": _negate, "_slice": _slice, "_norm": normalize_number, "_test": _test,
+    "_negate": negate, "_slice": slice_, "_norm": normalize_number, "_test": matching.test,
     "_objects": _objects, "_combinations": _combinations, "_is_number": _is_number, "_lt": _lt, "_le": _le, "_gt": _gt, "_ge": _ge, "_eq": _eq, "_ne": _ne,
     "_add": jq_add, "_sub": jq_sub, "_mul": jq_mul, "_div": jq_div, "_mod": jq_mod,
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .builtins import BUILTINS, ONE_BUILTINS, ONE_VIA_GEN
 from .errors import JqError, JqLimitError, JqRuntimeError
-from .evaluating import BUDGET, Budget, Compiler, _index, _iterate, truthy
+from .evaluating import BUDGET, Budget, Compiler, index, iterate, truthy
 from .parsing import parse
 
 
@@ -42,12 +42,12 @@ def _paths(node, value, path, env):
     elif tag == "index":
         for base_path, base in _paths(node[1], value, path, env):
             for key in _values(node[2], value, env):
-                yield (*base_path, key), _index(base, key)
+                yield (*base_path, key), index(base, key)
     elif tag == "iter":
         for base_path, base in _paths(node[1], value, path, env):
             if base is None:
                 continue
-            items = _iterate(base)
+            items = iterate(base)
             env[BUDGET].tick(len(items) + 1)
             keys = range(len(base)) if isinstance(base, list) else list(base)
             for k, item in zip(keys, items):
@@ -66,7 +66,7 @@ def _paths(node, value, path, env):
                 if keys is None:
                     found = list(_paths((inner[0], ("identity",), *inner[2:]), base, base_path, env))
                 else:
-                    found = [((*base_path, k), _index(base, k)) for k in keys]
+                    found = [((*base_path, k), index(base, k)) for k in keys]
             except JqRuntimeError:
                 continue
             yield from found
