@@ -238,18 +238,17 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # no linger: the agent hands over whole record batches (sending.py), and aiokafka takes
         # one pending batch per partition and one request in flight per broker, so what comes
         # while a request is in flight goes in the next one.  A lingering batch held the next
-        # batch of its partition until it left: 50 ms of linger cost a third of the throughput
-        # of a worker alone (4,700-5,900 events/s against 6,600-7,600, interleaved runs)
+        # batch of its partition until it left: a linger cost a worker alone a third of its
+        # throughput (bench/RESULTS.md)
         producer_linger=0,
         producer_max_batch_size=1 << 20,
         producer_max_request_size=records.MAX_OUTPUT_MESSAGE_BYTES,
         # a record becomes readable (read_committed) when its transaction commits: every 0.2 s,
-        # or after broker_commit_every acked events (at 1,000 events/s, p99 publish-to-DuckDB
-        # 0.62-0.87 s against 0.80-1.11 s with 0.5 s, two runs each)
+        # or after broker_commit_every acked events (a shorter interval, a shorter latency tail)
         broker_commit_interval=0.2,
         # aiokafka fetches a partition again only once its buffered records are consumed, so
         # the per-partition fetch size bounds the rate: 1 MiB (faust's default) held one worker
-        # to ~2,000 events/s of ~1.8 KiB, 16 MiB lets it run at its CPU's pace (~3,600/s)
+        # below its CPU's pace, 16 MiB does not (bench/RESULTS.md)
         consumer_max_fetch_size=16 << 20,
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
     )

@@ -56,10 +56,9 @@ log = logging.getLogger(__name__)
 class OutputProducer(faust_aiokafka.Producer):
     """faust's aiokafka Producer with the per-partition transactions committed concurrently.
 
-    Why: a commit round took 0.08-0.32 s for three raw partitions at 1,000
-    events/s on the 2-core machine, one partition after another, and that is
-    time records wait to become visible and, under each partition's lock,
-    outputs wait to be sent.  The transactions are independent (one
+    Why: a commit round, one partition after another, took a large part of the
+    latency budget (bench/RESULTS.md), and that is time records wait to become
+    visible and, under each partition's lock, outputs wait to be sent.  The transactions are independent (one
     transactional id per partition), so their round trips may overlap.
     """
 

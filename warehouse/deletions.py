@@ -2,18 +2,18 @@
 
 Why: a batch must know, for every workload it has not seen live, whether that workload was
 deleted before (then a late or repeated record takes the writer's exact path).  Most of them
-are new workloads, and asking DuckDB about each one cost ~10 us a key: its ART index answers
-quickly, but the keys have to be given as literals (a join with the batch's keys scans the
-whole table, which grows with the history), and binding thousands of literals was ~7% of the
-writer's time at 5,000 records a batch.  The filter answers "certainly not deleted" for nearly
-all of them in ~1 us, in memory, in a time that does not grow with the history; only the keys
-it cannot rule out (the deleted ones, and ~0.5% false positives) are looked up in DuckDB.
+are new workloads, and asking DuckDB about each one is costly: its ART index answers quickly,
+but the keys have to be given as literals (a join with the batch's keys scans the whole table,
+which grows with the history), and binding thousands of literals was a noticeable part of the
+writer's time (bench/RESULTS.md).  The filter answers "certainly not deleted" for nearly all of
+them in memory, in a time that does not grow with the history; only the keys it cannot rule out
+(the deleted ones, and a few false positives) are looked up in DuckDB.
 
 It can only be wrong one way: a key added to it stays (a batch rolled back after adding its
 deletions leaves a few bits set: more lookups, never a missed deletion), so every key in the
 table is in the filter as long as the writer adds each key it inserts.  It is sized at 16 bits
-a key (three hash positions: ~0.5% false positives) and built again from the table, twice as
-large, when it holds more keys than that.
+a key (three hash positions) and built again from the table, twice as large, when it holds more
+keys than that.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why: a daily cost report by workload over a year is millions of rows (5 M on the bench's 10 M
 states).  Computed from the intervals at every report (clipping each to the window, summing per
-period and workload, ranking, ordering) it took ~5 s; read from rows that already hold each day's
+period and workload, ranking, ordering) it took seconds; read from rows that already hold each day's
 GPU-, CPU core- and memory GiB-seconds per workload, stored in about day order, it is a scan, a
 price lookup and a sort (``queries/cost_by_workload_daily.sql``).
 
@@ -34,8 +34,7 @@ rest from the intervals, so a pass can happen at any time):
   are (a day of Running and Degraded is one row; Initializing then Running, two).
 
 The writer runs a pass (one transaction) when ``ROLL_UP_STATES`` states arrived since the last
-one, before each snapshot, and when it closes: measured on the bench's history, ~0.6 us of CPU per
-state in bulk.
+one, before each snapshot, and when it closes (its cost per state is in bench/RESULTS.md).
 
 ``keep_costs`` goes one step further for the largest report, a year by UTC day and workload: even
 from the rollup its 5 M rows are priced and sorted by cost at every report.  Before a snapshot and
@@ -227,7 +226,7 @@ def keep_costs(conn, pricing: Pricing | None) -> int:
     is not what they were priced with, into daily_costs.  Returns the rows written.
 
     Why: the report of a year by day and workload is 5 M rows; computed, even from the rollup, they
-    are priced and sorted by cost at every report (~2.5 s); kept, a report reads them in order
+    are priced and sorted by cost at every report, most of its time; kept, a report reads them in order
     (``queries/cost_by_workload_daily.sql``).  The rows are that query's, for the days
     [costs_to, horizon), billing Running and Degraded, grouped by workload (``row_columns``), with
     their place in their day.  A finished day changes only when a pass adds rows to it (a lagging
