@@ -11,6 +11,7 @@ import logging
 
 import click
 
+from workloadmap import settings as settings_module
 from workloadmap.settings import DEFAULT_DUCKDB
 
 from .options import from_options, settings_options
@@ -241,7 +242,10 @@ def _refuse_a_real_history(path, clusters: int) -> None:
 @click.option("--batch", type=int, default=5000, show_default=True, help="Records per warehouse transaction.")
 @click.option("--metrics", "metrics", default=None, metavar="[HOST]:PORT",
               help="Then serve the history's end state as Prometheus series here (/metrics) until Ctrl-C.")
-def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
+@click.option("--serve", "serve", default=None, metavar="[HOST]:PORT",
+              help="Then answer read-only JSON queries of the warehouse and serve the dashboard here (as `run "
+                   "warehouse --serve`; token from WORKLOADMAP_SERVE_TOKEN[_FILE]) until Ctrl-C.")
+def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics, serve):
     """The embedded pipeline: simulate a multi-cluster history (workloads, their owners and pods, the
     clusters' nodes), process it in-process into DuckDB, summarise."""
     from workloadmap import running
@@ -251,8 +255,15 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
     from workloadmap.ingest.scheduling import simulate_clusters
     from workloadmap.running import collect_garbage_rarely
 
-    if metrics:
-        serving(lambda: parse_address(metrics))   # a bad address is refused before the history is made
+    for address in (metrics, serve):
+        if address:
+            serving(lambda: parse_address(address))   # a bad address is refused before the history is made
+    if metrics and serve:
+        raise click.UsageError("give --metrics or --serve, not both")
+    try:
+        token = settings_module.load().read_token() if serve else None   # a bad token file, before the history
+    except settings_module.SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
     _refuse_a_real_history(duckdb_path, clusters)
     tracker = Tracker(health=Health(consumer="demo")) if metrics else None
     with EmbeddedPipeline.open(duckdb_path, batch=batch, tracker=tracker) as pipeline, \
@@ -274,6 +285,10 @@ def demo(clusters, workloads, days, seed, duckdb_path, batch, metrics):
     if tracker is not None:
         serving(lambda: running.serve_tracker(tracker, metrics, started=lambda server: click.echo(
             f"\nserving the history's series on {metrics} (port {server.port}): /metrics; Ctrl-C to stop", err=True)))
+    if serve:
+        serving(lambda: running.serve_reads(duckdb_path, serve, token=token, started=lambda server: click.echo(
+            f"\nserving the dashboard and the reads on {serve} (port {server.port}): /, /api/v1/...; "
+            "Ctrl-C to stop", err=True)))
 
 
 def demo_summary(pipeline) -> list:

@@ -211,6 +211,21 @@ def serve_tracker(tracker: Tracker, address: str, *, stop: threading.Event | Non
         server.close()
 
 
+def serve_reads(path: str, address: str, *, token: str | None = None, stop: threading.Event | None = None,
+                started: Callable[[ReadServer], object] = lambda server: None) -> None:
+    """Serve the fresh reads of the warehouse file `path` on `address` until `stop` (default: SIGTERM or
+    SIGINT) is set: the demo's history once written (``demo --serve``), its writer this process."""
+    stop = stop or stop_on_signals()
+    with Warehouse(path) as warehouse:
+        server = ReadServer(parse_address(address), token=token)
+        try:
+            started(server)
+            while not stop.wait(0.1):
+                server.answer(warehouse)
+        finally:
+            server.close()
+
+
 def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snapshot_every: float = 60.0,
                   stop: threading.Event | None = None, metrics: str | None = None, serve: str | None = None,
                   started: Callable[[ReadServer], object] = lambda server: None) -> WriteResult:

@@ -153,3 +153,30 @@ def test_the_embedded_watchers_answer_reads_of_what_they_wrote(kube_cluster, tmp
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
+
+
+def test_the_demo_serves_its_history_once_written(tmp_path):
+    """`demo --serve`: once the simulated history is written, the demo's process answers the reads of
+    it (and the dashboard); the workloads per cluster are the warehouse's current ones."""
+    import duckdb
+
+    port, db, log = free_port(), tmp_path / "demo.duckdb", tmp_path / "demo.log"
+    proc = subprocess.Popen([sys.executable, "-m", "workloadmap", "demo", "--workloads", "30", "--days", "1",
+                             "--duckdb", str(db), "--serve", f"127.0.0.1:{port}"],
+                            env={**os.environ, "WORKLOADMAP_SERVE_TOKEN": TOKEN},
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: proc.poll() is not None or "serving the dashboard" in log.read_text(), "the demo", timeout=120)
+        assert proc.poll() is None, log.read_text()
+        status, body = _get(f"http://127.0.0.1:{port}/api/v1/capacity?by=cluster")
+        assert status == 200
+        served = {i["cluster"]: i["workloads"] for i in body["items"]}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200 and b"Live transitions" in resp.read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, log.read_text()
+    con = duckdb.connect(str(db), read_only=True)
+    stored = dict(con.execute("SELECT cluster, count(*) FROM workload_current GROUP BY cluster").fetchall())
+    con.close()
+    assert served == stored and sum(served.values()) > 0
