@@ -195,6 +195,15 @@ def test_a_missing_bootstrap_server_or_cluster_id_is_refused_by_name(helm_binary
         helm("template", "wm", str(CHART), "--set", "watchers.clusterId=a")
     with pytest.raises(HelmError, match="watchers.clusterId is required"):
         helm("template", "wm", str(CHART), "--set", "kafka.bootstrapServers=k:9092")
+    single = ("-f", str(EXAMPLES / "single-cluster.yaml"))
+    # values.schema.json: types, ranges and the settings' choices, named by path
+    for setting, named in (("processors.workers=-1", "/processors/workers"),
+                           ("kafka.securityProtocol=TLS", "/kafka/securityProtocol"),
+                           ("kafka.bootstrapServers=kafka", "/kafka/bootstrapServers"),
+                           ("exporter.podSeries=maybe", "/exporter/podSeries")):
+        with pytest.raises(HelmError, match=named):
+            helm("template", "wm", str(CHART), *single, "--set", setting)
+    helm("template", "wm", str(CHART), *single, "--set", "kafka.bootstrapServers=[::1]:9092\\,k2:9093")
     with pytest.raises(HelmError, match="Secrets and ConfigMaps are never granted"):
         helm("template", "wm", str(CHART), "-f", str(EXAMPLES / "single-cluster.yaml"),
              "--set", "watchers.rbac.extraRules[0].apiGroups[0]=",
