@@ -286,12 +286,11 @@ class ReadServer:
             return run(cursor)
         except BadRequest as exc:
             return _json(400, {"error": str(exc)})
-        except QueryError as exc:
-            return _json(400, {"error": str(exc)})
         except Exception as exc:  # the writer goes on whatever one read does
-            interrupted = "interrupt" in str(exc).lower()
-            if interrupted:
+            if "interrupt" in str(exc).lower():  # duckdb.InterruptException, or wrapped in a QueryError
                 return _json(503, {"error": f"the read took more than {QUERY_TIMEOUT_S:g} s: narrow it"})
+            if isinstance(exc, QueryError):
+                return _json(400, {"error": str(exc)})
             log.warning("a read failed: %s", exc)
             return _json(500, {"error": f"the read failed: {type(exc).__name__}"})
         finally:

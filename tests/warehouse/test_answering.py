@@ -317,3 +317,15 @@ def test_the_dashboard_shows_what_the_api_answers_and_the_feed_as_it_arrives(tmp
     finally:
         writer.close()
         server.close()
+
+
+def test_a_read_past_its_time_bound_is_interrupted_and_the_writer_goes_on(served, monkeypatch):
+    base, _ = served
+    monkeypatch.setattr(answering, "QUERY_TIMEOUT_S", 0.3)
+    started = time.monotonic()
+    # a read that would run for minutes, as a library read could on a huge history
+    status, body = served[1].server.submit(
+        lambda conn: answering._json(200, conn.execute("SELECT count(*) FROM range(100000000000)").fetchall()))
+    assert status == 503 and "took more than 0.3 s" in json.loads(body)["error"]
+    assert time.monotonic() - started < 10
+    assert get(f"{base}/api/v1/capacity?by=cluster")[0] == 200       # the next read is answered
