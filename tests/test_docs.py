@@ -121,3 +121,17 @@ def test_the_states_table_reads_each_state_of_a_header_block(tmp_path, monkeypat
     assert states_table.render_table().splitlines()[2:] == [
         "| [`kind`](catalog/builtin/kind.yaml) | Paused | Counts no pods, as the controller deletes them \\| all. |",
         "| [`kind`](catalog/builtin/kind.yaml) | Draining | Degraded. |"]
+
+
+def test_bench_results_list_their_runs_newest_first():
+    """Each entry of bench/RESULTS.md opens with `## YYYY-MM-DD [HH:MM]`; a new run goes on top."""
+    text = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    keys = []
+    for heading in headings:
+        m = re.match(r"## (\d{4}-\d\d-\d\d)(?: ~?(\d\d:\d\d))?", heading)
+        assert m, f"bench/RESULTS.md: an entry must open with its date (## YYYY-MM-DD HH:MM · ...): {heading!r}"
+        keys.append((m.group(1), m.group(2) or "00:00"))
+    assert len(keys) > 20
+    out_of_order = [headings[i + 1] for i in range(len(keys) - 1) if keys[i + 1] > keys[i]]
+    assert not out_of_order, f"bench/RESULTS.md: newer than the entry above them: {out_of_order}"
