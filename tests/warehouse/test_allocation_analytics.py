@@ -230,3 +230,25 @@ def test_the_kept_daily_allocation_and_the_intervals_give_the_same_idle_hours(co
                         "ORDER BY ALL").fetchall()
     # closed Bound intervals only: p1 (40 GPU-h on gpu-a) and p2 (68 on gpu-b); q2 is still open
     assert kept == [(DAY.date(), "c1", "gpu-a", "nvidia.com/gpu", 40.0), (DAY.date(), "c1", "gpu-b", "nvidia.com/gpu", 68.0)]
+
+
+def test_the_html_report_with_allocation_and_idle_charts_renders_in_chromium(path, tmp_path):
+    from tests.warehouse.test_costing import browse, chromium, console_messages
+    import re
+
+    out = tmp_path / "report.html"
+    invoke(path, "cost", "--since", "2026-11-02", "--until", "2026-11-03", "--step", "hour", "-o", "html",
+           "--out", str(out))
+    text = out.read_text()
+    assert text.count('<svg class="chart"') == 5  # time, top workloads, clusters, allocation, idle
+    browser = chromium()
+    if browser is None:
+        return  # WORKLOADMAP_NO_BROWSER=1: the checks above still ran
+    dom = browse(browser, out, tmp_path, mode="dom")
+    assert dom.returncode == 0 and console_messages(dom.stderr) == [], dom.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", dom.stdout).group(0)
+    assert 'data-report="ready"' in body
+    # bars: GPU-hours per hour by cluster: c1 holds from 00:30 to 18:00 (18 hours), c2 from 02:00 (22);
+    # top workloads 2; clusters 2; allocated and idle stacked in each of the 24 hours (48: something is
+    # held and something idle every hour); idle by cluster 2
+    assert int(re.search(r'data-charts="(\d+)"', body).group(1)) == 18 + 22 + 2 + 2 + 48 + 2
