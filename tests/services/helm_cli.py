@@ -79,7 +79,7 @@ def _current(target: Path) -> bool:
 
 
 def build(*, quiet: bool = False) -> Path:
-    """Return the path of the ``helm`` binary, building it if needed (~2-4 min cold on 2 cores)."""
+    """Return the path of the ``helm`` binary, building it if needed (minutes the first time)."""
     target = binary()
     if _current(target):
         return target
