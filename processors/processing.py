@@ -65,9 +65,18 @@ def definition_key(cluster: str, name: str) -> bytes:
 
 
 def summary_of(record: dict) -> dict:
-    """The state an object's latest record implies."""
-    return {"rv": record.get("resourceVersion"), "status": record["status"],
-            "since": record.get("statusSince"), "deleted": record.get("deleted", False)}
+    """The state an object's latest record implies (`refs`: which referenced objects it was
+    resolved with, for a definition with references)."""
+    summary = {"rv": record.get("resourceVersion"), "status": record["status"],
+               "since": record.get("statusSince"), "deleted": record.get("deleted", False)}
+    if record.get("references"):
+        summary["refs"] = references_found(record)
+    return summary
+
+
+def references_found(record: dict) -> str:
+    """Which of a record's references were found, as "1"/"0" per reference."""
+    return "".join("1" if r.get("found") else "0" for r in record.get("references") or [])
 
 
 class MemoryStates(dict):
@@ -150,6 +159,11 @@ class Processor:
         # of each: every worker keeps all of them, as they learn the definitions (see apply_related)
         self._related: dict[str, ObjectIndex] = {}
         self._related_versions: dict[str, dict] = {}
+        # cluster -> referenced object (group, kind, namespace, name) -> state key -> (the latest raw
+        # event of a workload resolved without it, that workload's state store): resolved again when
+        # the object arrives on the same store (every partition in the embedded pipeline; the
+        # TrainJob's own partition for a namespaced runtime in the faust app), else at its next event
+        self._waiting: dict[str, dict] = {}
         self.attributing = Attributing(self.catalog_for)
 
     # -- definitions from clusters ------------------------------------------
@@ -218,15 +232,44 @@ class Processor:
             index.add(obj)
         return True
 
-    def _related_event(self, event: dict, out: Outputs):
+    def _related_event(self, event: dict, out: Outputs, state):
         """A referenced object: kept for the workloads that name it, and published with the cluster's
         definitions so that every worker has it (the workloads naming it live on other partitions)."""
         meta = event["object"].get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             raise Rejected(records.MISSING_FIELDS, "a referenced object needs metadata.name")
-        self.apply_related(event)
+        applied = self.apply_related(event)
         ident = "/".join((str(event["object"].get("kind")), str(meta.get("namespace") or ""), meta["name"]))
         out.definitions.append((definition_key(event["cluster"], f"related:{ident}"), records.encode(event)))
+        if applied and event["type"] != "DELETED":
+            self._resolve_waiting(event, state, out)
+
+    def _resolve_waiting(self, event: dict, state, out: Outputs) -> None:
+        """The workloads resolved without this object, resolved again now (same resourceVersion, a
+        new record: the warehouse tells it apart by what it was resolved with, checking.version_key)."""
+        obj = event["object"]
+        meta = obj["metadata"]
+        ident = (str(obj.get("apiVersion") or "").rpartition("/")[0], obj.get("kind"), meta.get("namespace") or None,
+                 meta["name"])
+        waiting = self._waiting.get(event["cluster"], {}).get(ident)
+        if not waiting:
+            return
+        for state_key, (workload_event, store) in list(waiting.items()):
+            if store is state:
+                self._workload_event({**workload_event, "observedAt": event["observedAt"]}, state, out, again=True)
+
+    def _note_waiting(self, event: dict, state_key: str, record: dict, state) -> None:
+        """Keep (or drop) a workload's latest event under each referenced object it was resolved without."""
+        cluster = event["cluster"]
+        by_object = self._waiting.setdefault(cluster, {})
+        for waiting in by_object.values():
+            waiting.pop(state_key, None)
+        if record.get("deleted"):
+            return
+        for ref in record.get("references") or []:
+            if not ref["found"] and ref["kind"] is not None:
+                ident = (ref["apiVersion"].rpartition("/")[0], ref["kind"], ref["namespace"], ref["objectName"])
+                by_object.setdefault(ident, {})[state_key] = (event, state)
 
     def _definition_event(self, event: dict, out: Outputs):
         try:
@@ -280,7 +323,7 @@ class Processor:
                 self._definition_event(event, out)
                 return
             if self.is_related(event):
-                self._related_event(event, out)
+                self._related_event(event, out, state)
                 return
             if is_node(obj):
                 self.attributing.node_event(event, state.pods, out)
@@ -309,7 +352,8 @@ class Processor:
         if previous is not None and not previous.get("deleted"):
             self._workload_event({**event, "type": "DELETED"}, state, out)
 
-    def _workload_event(self, event: dict, state, out: Outputs):
+    def _workload_event(self, event: dict, state, out: Outputs, again: bool = False):
+        """`again`: the same version resolved again, once an object its references name arrived."""
         cluster, obj = event["cluster"], event["object"]
         meta = obj["metadata"]
         uid = meta["uid"]
@@ -319,7 +363,8 @@ class Processor:
         rv = meta.get("resourceVersion")
         rv = None if rv is None else str(rv)
         if previous is not None and (previous.get("deleted") or not rv_newer(rv, previous.get("rv"))):
-            return  # a re-delivery, or older than what was already processed
+            if not (again and not previous.get("deleted") and rv == previous.get("rv")):
+                return  # a re-delivery, or older than what was already processed
         try:
             resolved = self.catalog_for(cluster).resolve(obj, self._related.get(cluster) or _NOTHING)
         except UnknownKindError as exc:
@@ -328,6 +373,8 @@ class Processor:
             reason = records.JQ_ERROR if isinstance(exc.__context__, JqError) else records.RESOLVE_ERROR
             raise Rejected(reason, str(exc)) from None
         record = resolved.to_dict()
+        if again and previous is not None and previous.get("refs") == references_found(record):
+            return  # resolved with the same objects as its record: nothing new
         deleted = event["type"] == "DELETED"
         if deleted:
             record["status"] = records.DELETED
@@ -344,3 +391,5 @@ class Processor:
         if transition is not None:
             out.transitions.append((key, records.encode(transition)))
         state.remember(state_key, record, value)
+        if "references" in record or again:
+            self._note_waiting(event, state_key, record, state)

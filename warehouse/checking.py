@@ -43,6 +43,16 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MICROSECOND = timedelta(microseconds=1)
 
 
+def version_key(rv: str | None, observed: str, references) -> str:
+    """What tells two facts of one workload apart: its resourceVersion (or its observation time
+    without one) and, for a definition with references, which of the objects it names it was
+    resolved with: resolved again once a missing one arrives, the same version is a new fact."""
+    key = rv if rv is not None else "@" + observed
+    if isinstance(references, list) and references:
+        key += "#" + "".join("1" if isinstance(r, dict) and r.get("found") is True else "0" for r in references)
+    return key
+
+
 def micros(t: datetime) -> int:
     """An instant (naive: UTC) as integer microseconds since the epoch."""
     return ((t if t.tzinfo else t.replace(tzinfo=timezone.utc)) - EPOCH) // MICROSECOND
@@ -128,7 +138,8 @@ def check_record(record) -> tuple:
     return (
         cluster, uid, _text(record, "apiVersion"), kind, _text(record, "namespace"), _text(record, "name"),
         _text(record, "definition"), _text(record, "framework"),
-        rv, rv if rv is not None else "@" + record["observedAt"], generation, _text(record, "origin"), created,
+        rv, version_key(rv, record["observedAt"], record.get("references")), generation, _text(record, "origin"),
+        created,
         observed, event_type, deleted, status, _text(record, "phase"),
         pods, float(gpus), float(cpu), int(memory), sorted((str(k), float(v)) for k, v in gpu_resources.items()),
     )
@@ -218,7 +229,7 @@ def fast_rows(values) -> list[tuple]:
             status, pods, gpus, cpu, memory, gres = DELETED, 0, 0.0, 0.0, 0, None
         out.append((
             cluster, uid, api_version, kind, namespace, name, definition, framework,
-            rv, rv if rv is not None else "@" + observed_text, generation, origin, created,
+            rv, version_key(rv, observed_text, g("references")), generation, origin, created,
             observed, event_type, deleted, status, phase,
             pods, float(gpus), float(cpu), int(memory), [(k, float(v)) for k, v in gres] if gres else [],
         ))

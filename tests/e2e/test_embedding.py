@@ -83,3 +83,25 @@ def test_dead_letters_and_a_warehouse_the_caller_keeps(tmp_path):
         assert json.loads(json.dumps(pipeline.dead_letters)) == pipeline.dead_letters
         # closing the pipeline left the caller's warehouse open
         assert warehouse.cursor().execute("SELECT count(*) FROM workload_states").fetchone() == (0,)
+
+
+def test_a_trainjob_seen_before_its_runtime_ends_with_the_runtime_s_pods(tmp_path):
+    """The raw stream as the watchers may publish it: the TrainJob before the runtime it names. The
+    warehouse keeps both facts of its one resourceVersion (without the runtime, then with it), and
+    its current state has the runtime's pods."""
+    from workloadmap.catalog import records
+    from workloadmap.catalog.registry import bundled_related
+    from tests.conftest import example_objects
+
+    job = example_objects("trainjob")["llama-finetune"]
+    runtime = next(o for o in bundled_related() if o["metadata"]["name"] == "torch-distributed")
+    events = [records.raw_event("prod", "ADDED", job, "2026-11-01T00:00:00.000Z"),
+              records.raw_event("prod", "ADDED", runtime, "2026-11-01T00:00:05.000Z")]
+    with Warehouse(tmp_path / "w.duckdb") as warehouse:
+        pipeline = EmbeddedPipeline(warehouse, batch=10)
+        pipeline.feed(events)
+        pipeline.close()
+        rows = warehouse.cursor().execute(
+            "SELECT version_key, pods, gpus FROM workload_states WHERE name = 'llama-finetune' "
+            "ORDER BY observed_at").fetchall()
+    assert rows == [("5120773#0", 0, 0.0), ("5120773#1", 4, 32.0)]

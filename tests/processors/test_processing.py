@@ -254,3 +254,37 @@ def test_a_worker_learns_referenced_objects_from_the_definitions_topic():
     job = example_objects("trainjob")["llama-finetune"]
     (record,) = decoded(second.process(None, event(job, "ADDED"), MemoryStates()).records)
     assert record["total"]["pods"] == 4
+
+
+def test_a_workload_seen_before_its_runtime_is_resolved_again_when_it_arrives(processor):
+    """The TrainJob first resolves without its runtime (no pods; the record says which object was
+    missing); the runtime's event on the same state store resolves it again: a second record of the
+    same resourceVersion, with the pods and found: true. Once found, a re-delivered or newer runtime
+    makes no record of its own."""
+    state = MemoryStates()
+    job = example_objects("trainjob")["llama-finetune"]
+    (first,) = decoded(processor.process(None, event(job, "ADDED"), state).records)
+    assert (first["total"]["pods"], first["references"][0]["found"]) == (0, False)
+    out = processor.process(None, event(_runtime(), "ADDED", at="2026-11-01T00:00:05.000Z"), state)
+    (again,) = decoded(out.records)
+    assert again["resourceVersion"] == first["resourceVersion"]
+    assert (again["total"]["pods"], again["references"][0]["found"]) == (4, True)
+    assert again["observedAt"] == "2026-11-01T00:00:05.000Z" and again["statusSince"] == first["statusSince"]
+    assert decoded(processor.process(None, event(_runtime(), "MODIFIED"), state).records) == []
+    assert decoded(processor.process(None, event(_runtime(rv="11"), "MODIFIED"), state).records) == []
+    # the warehouse keeps both facts of that one version (what each was resolved with is in its key)
+    from workloadmap.warehouse.checking import check_record
+    assert check_record({**first, "cluster": "prod"})[9] == first["resourceVersion"] + "#0"
+    assert check_record({**again, "cluster": "prod"})[9] == first["resourceVersion"] + "#1"
+
+
+def test_a_waiting_workload_on_another_state_store_waits_for_its_next_event(processor):
+    """In the faust app a cluster-scoped runtime's event may be processed on another partition's
+    store than the TrainJob's: that TrainJob gets the runtime with its own next event."""
+    jobs, runtimes = MemoryStates(), MemoryStates()
+    job = copy.deepcopy(example_objects("trainjob")["llama-finetune"])
+    processor.process(None, event(job, "ADDED"), jobs)
+    assert decoded(processor.process(None, event(_runtime(), "ADDED"), runtimes).records) == []
+    job["metadata"]["resourceVersion"] = "5120774"
+    (record,) = decoded(processor.process(None, event(job), jobs).records)
+    assert record["total"]["pods"] == 4
