@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 DEFINITIONS_GROUP, DEFINITIONS_KIND = "workloadmap.io", "WorkloadMap"
 MAX_OWNER_DEPTH = 10
+PREFETCH_OWNERS = 8   # owners of one kind in a namespace from which one list is cheaper than a read each
 OWNER_READS = 8   # owners read at once by `get all`: a workload under a kind no definition reads costs a read
 
 
@@ -224,6 +225,30 @@ class Owners:
         meta = obj.get("metadata") or {}
         group = (obj.get("apiVersion") or "").rpartition("/")[0]
         self._read[(meta.get("namespace"), group, obj.get("kind"), meta.get("name"))] = obj
+
+    def prefetch(self, objects: list[dict], chunk_size: int = 500) -> None:
+        """List, once per namespace, each kind that many of these objects' controllers are of
+        (a JobSet's hundreds of Jobs): one paged list instead of a read per owner, which is
+        what a 2,000-pod workload's `describe` waited for.  A list refused is left to the reads."""
+        wanted: dict[tuple, set] = {}
+        for obj in objects:
+            ref = controller_of(obj)
+            if ref is not None:
+                namespace = (obj.get("metadata") or {}).get("namespace")
+                key = (namespace, group_of(ref.get("apiVersion")), ref.get("kind"))
+                wanted.setdefault(key, set()).add(ref.get("name"))
+        for (namespace, group, kind), names in wanted.items():
+            known = sum(1 for n in names if (namespace, group, kind, n) in self._read)
+            served = self.served.versions_of(group, kind)
+            if len(names) - known < PREFETCH_OWNERS or not served or not served[0].can("list"):
+                continue
+            try:
+                for owner in _list_all(self.cluster, served[0], namespace, chunk_size=chunk_size):
+                    self.know(owner)
+            except AccessError:
+                continue
+            for name in names:   # named but not listed: gone
+                self._read.setdefault((namespace, group, kind, name), None)
 
     def ancestors(self, obj: dict) -> tuple[set[str], bool]:
         """The uids of `obj` and of every owner up its ownerReferences; `complete` is False
@@ -535,6 +560,8 @@ class Inspector:
         owners = Owners(self.cluster, self.served)
         for obj in objects:
             owners.know(obj)
+        owners.prefetch([obj for obj in objects if (group_of((controller_of(obj) or {}).get("apiVersion")),
+                                                    (controller_of(obj) or {}).get("kind")) not in covered])
 
         def walk(obj: dict) -> bool:
             namespace = (obj.get("metadata") or {}).get("namespace")
@@ -628,7 +655,9 @@ class Inspector:
         for obj in objects:
             owners.know(obj)
         out: dict[str, list[dict]] = {}
-        for pod in _list_all(self.cluster, pod_resource, namespace, chunk_size=chunk_size):
+        pods = list(_list_all(self.cluster, pod_resource, namespace, chunk_size=chunk_size))
+        owners.prefetch(pods, chunk_size)
+        for pod in pods:
             meta = pod.get("metadata") or {}
             ancestors, complete = owners.ancestors(pod)
             mine = [uid for uid in ancestors if uid in by_uid]
