@@ -71,16 +71,20 @@ def pod_specs(objects: list[dict]) -> dict[str, dict]:
             for o in objects if o["kind"] in ("Deployment", "StatefulSet")}
 
 
-def apply(kube, objects: list[dict], namespace: str) -> None:
-    """Create every object on the API server, refusing unknown or duplicate fields."""
+def _path(obj: dict, namespace: str) -> str:
+    prefix, plural, namespaced = KINDS[obj["kind"]]
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
+
+
+def apply(kube, objects: list[dict], namespace: str, created: list) -> None:
+    """Create every object on the API server, refusing unknown or duplicate fields; `created` gets their paths."""
     kube.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for obj in objects:
-        prefix, plural, namespaced = KINDS[obj["kind"]]
-        path = f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
         try:
-            kube.request("POST", f"{path}?fieldValidation=Strict", obj)
+            kube.request("POST", f"{_path(obj, namespace)}?fieldValidation=Strict", obj)
         except KubeHTTPError as e:
             pytest.fail(f"{obj['kind']} {obj['metadata']['name']} refused by the API server: {e}", pytrace=False)
+        created.append(f"{_path(obj, namespace)}/{obj['metadata']['name']}")
 
 
 def test_the_chart_passes_helm_lint_with_every_example(helm_binary):
@@ -218,21 +222,27 @@ def test_the_rendered_objects_are_accepted_by_a_real_api_server_and_the_role_rea
     objects = render(release, namespace, "single-cluster.yaml",
                      sets=("watchers.definitions.extra\\.yaml=kind: List",))
     assert "ConfigMap" in by_kind(objects)
-    apply(kube_cluster, objects, namespace)
-    for path in ("deployments", "statefulsets"):
-        created = kube_cluster.request("GET", f"/apis/apps/v1/namespaces/{namespace}/{path}")["items"]
-        assert created, path
-    # the watchers' service account reads what the watchers watch, and nothing sensitive
-    token = kube_cluster.service_account_token(namespace, f"{release}-workloadmap-watchers")
-    for path in ("/api/v1/pods", "/api/v1/nodes", "/apis/kubeflow.org/v2beta1/mpijobs",
-                 "/apis/workloadmap.io/v1alpha1/workloadmaps"):
-        kube_cluster.request("GET", f"{path}?limit=1", token=token)
-    for method, path in (("GET", "/api/v1/secrets"), ("GET", "/api/v1/configmaps"),
-                         ("DELETE", f"/api/v1/namespaces/{namespace}/pods/x")):
-        with pytest.raises(KubeHTTPError) as refused:
-            kube_cluster.request(method, path, token=token)
-        assert refused.value.code == 403, (method, path)
-    central = render(f"{release}c", namespace, "multi-cluster-central.yaml")
-    apply(kube_cluster, central, namespace)
-    watcher = render(f"{release}w", namespace, "multi-cluster-watcher.yaml")
-    apply(kube_cluster, watcher, namespace)
+    created: list[str] = []
+    try:
+        apply(kube_cluster, objects, namespace, created)
+        for path in ("deployments", "statefulsets"):
+            assert kube_cluster.request("GET", f"/apis/apps/v1/namespaces/{namespace}/{path}")["items"], path
+        # the watchers' service account reads what the watchers watch, and nothing sensitive
+        token = kube_cluster.service_account_token(namespace, f"{release}-workloadmap-watchers")
+        for path in ("/api/v1/pods", "/api/v1/nodes", "/apis/kubeflow.org/v2beta1/mpijobs",
+                     "/apis/workloadmap.io/v1alpha1/workloadmaps"):
+            kube_cluster.request("GET", f"{path}?limit=1", token=token)
+        for method, path in (("GET", "/api/v1/secrets"), ("GET", "/api/v1/configmaps"),
+                             ("DELETE", f"/api/v1/namespaces/{namespace}/pods/x")):
+            with pytest.raises(KubeHTTPError) as refused:
+                kube_cluster.request(method, path, token=token)
+            assert refused.value.code == 403, (method, path)
+        apply(kube_cluster, render(f"{release}c", namespace, "multi-cluster-central.yaml"), namespace, created)
+        apply(kube_cluster, render(f"{release}w", namespace, "multi-cluster-watcher.yaml"), namespace, created)
+    finally:
+        # the session's API server is shared: other tests' watchers must not meet these Deployments
+        for path in reversed(created):
+            try:
+                kube_cluster.request("DELETE", path)
+            except KubeHTTPError:
+                pass
