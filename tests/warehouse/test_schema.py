@@ -75,7 +75,7 @@ def test_migrate_v2_to_v3_keys_current_state_and_open_intervals(tmp_path):
                       "DROP TABLE daily_usage", "DROP TABLE usage_rollup", "DROP TABLE daily_costs",
                       "DROP VIEW pod_intervals", "DROP VIEW node_intervals", "DROP TABLE pod_history",
                       "DROP TABLE pod_current", "DROP TABLE ended_pods", "DROP TABLE node_history",
-                      "DROP TABLE node_current",
+                      "DROP TABLE node_current", "DROP TABLE daily_allocation",
                       "ALTER TABLE v2_intervals RENAME TO status_intervals",
                       schema.MIGRATIONS[0].statements[-1], "DELETE FROM schema_migrations WHERE version >= 3"):
         conn.execute(statement)
