@@ -19,6 +19,7 @@ import sys
 import click
 import yaml
 from rich.console import Console
+from rich.text import Text
 
 
 def output_option(*formats: str, default: str):
@@ -86,10 +87,10 @@ def emit(fmt: str, items: list, *, table=None, tree=None, wide=None, columns: li
         click.echo(text)
     elif fmt == "yaml":
         click.echo(yaml.safe_dump({"items": items, "count": len(items)}, sort_keys=False, allow_unicode=True), nl=False)
-    elif fmt == "table":
-        console().print(table(terminal_safe(items)))
-    elif fmt == "wide":
-        console().print(wide(terminal_safe(items)))
+    elif fmt in ("table", "wide"):
+        renderable = (table if fmt == "table" else wide)(terminal_safe(items))
+        # a Text is a table laid out already (rendering.plain_table): its rows are never wrapped
+        console().print(renderable, soft_wrap=isinstance(renderable, Text))
     elif fmt == "csv":
         if columns is None:
             columns = list(dict.fromkeys(key for item in items for key in item))

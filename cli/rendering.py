@@ -193,33 +193,59 @@ def status_cell(it: dict) -> Text:
     return text
 
 
-def live_table(items: list, now: datetime | None = None) -> Table:
-    """`get`: NAME, NAMESPACE, STATUS, COMPONENTS, GPU, AGE."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("NAME", "NAMESPACE", "STATUS", "COMPONENTS", "GPU", "AGE"):
-        table.add_column(col, justify="right" if col == "GPU" else "left")
-    for it in items:
-        table.add_row(it["name"] or "", it["namespace"] or "", status_cell(it), components_summary(it),
-                      _num(it["total"]["gpu"]), age(it["creationTimestamp"], now))
-    return table
+def plain_table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> Text:
+    """kubectl's table: columns two spaces apart, the header bold, nothing wrapped.
+
+    Why not a rich Table: `get` lists thousands of workloads, and a Table measures and wraps
+    every cell to fit the terminal (seconds for 5,000 rows) where kubectl prints each row as it
+    is.  Cells are strings or Texts (a status keeps its colour); a row wider than the terminal
+    runs past its edge, as kubectl's do."""
+    cells = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
+    widths = [max([len(h)] + [row[i].cell_len for row in cells]) for i, h in enumerate(headers)]
+    out = Text(no_wrap=True, overflow="ignore", end="")
+    lines = [[Text(h, style="bold") for h in headers]] + cells
+    for n, line in enumerate(lines):
+        if n:
+            out.append("\n")
+        last = len(line) - 1
+        for i, cell in enumerate(line):
+            pad = " " * (widths[i] - cell.cell_len)
+            if headers[i] in right:
+                out.append(pad)
+                out.append_text(cell)
+            else:
+                out.append_text(cell)
+                if i < last:
+                    out.append(pad)
+            if i < last:
+                out.append("  ")
+    return out
 
 
-def live_wide_table(items: list, now: datetime | None = None) -> Table:
+def live_table(items: list, now: datetime | None = None, *, with_type: bool = False) -> Text:
+    """`get`: NAME, NAMESPACE, STATUS, COMPONENTS, GPU, AGE (TYPE first with `with_type`)."""
+    headers = ["TYPE"] * with_type + ["NAME", "NAMESPACE", "STATUS", "COMPONENTS", "GPU", "AGE"]
+    rows = [[it.get("type") or it["kind"]] * with_type
+            + [it["name"] or "", it["namespace"] or "", status_cell(it), components_summary(it),
+               _num(it["total"]["gpu"]), age(it["creationTimestamp"], now)] for it in items]
+    return plain_table(headers, rows, right=("GPU",))
+
+
+def live_wide_table(items: list, now: datetime | None = None, *, with_type: bool = False) -> Text:
     """`get -o wide`: the table plus KIND, PODS (ready/desired), CPU, MEMORY and DEFINITION."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    right = ("PODS", "GPU", "CPU", "MEMORY")
-    for col in ("NAME", "NAMESPACE", "KIND", "STATUS", "COMPONENTS", "PODS", "GPU", "CPU", "MEMORY", "AGE",
-                "DEFINITION"):
-        table.add_column(col, justify="right" if col in right else "left")
+    headers = ["TYPE"] * with_type + ["NAME", "NAMESPACE", "KIND", "STATUS", "COMPONENTS", "PODS", "GPU", "CPU",
+                                      "MEMORY", "AGE", "DEFINITION"]
+    rows = []
     for it in items:
         total = it["total"]
         live = it.get("live")
         pods = f"{live['ready']}/{total['pods']}" if live else f"-/{total['pods']}"
-        table.add_row(it["name"] or "", it["namespace"] or "", it["kind"], status_cell(it),
-                      components_summary(it), pods, _num(total["gpu"]), format_cpu(total["cpu"]),
-                      format_bytes(total["memory"]), age(it["creationTimestamp"], now),
-                      f"{it['definition']} ({it['origin']})")
-    return table
+        rows.append([it.get("type") or it["kind"]] * with_type
+                    + [it["name"] or "", it["namespace"] or "", it["kind"], status_cell(it),
+                       components_summary(it), pods, _num(total["gpu"]), format_cpu(total["cpu"]),
+                       format_bytes(total["memory"]), age(it["creationTimestamp"], now),
+                       f"{it['definition']} ({it['origin']})"])
+    return plain_table(headers, rows, right=("PODS", "GPU", "CPU", "MEMORY"))
 
 
 def _pods_text(desired: int, actual: int, ready: int) -> Text:
@@ -355,24 +381,13 @@ def resources_tables(items: list):
 
 
 # -- get all --------------------------------------------------------------------------------------
-def all_types_table(items: list, now: datetime | None = None) -> Table:
+def all_types_table(items: list, now: datetime | None = None) -> Text:
     """`get all`: `live_table` with the TYPE of each row first."""
-    return _with_type(live_table(items, now), items)
+    return live_table(items, now, with_type=True)
 
 
-def all_types_wide_table(items: list, now: datetime | None = None) -> Table:
-    return _with_type(live_wide_table(items, now), items)
-
-
-def _with_type(table: Table, items: list) -> Table:
-    out = Table(box=None, pad_edge=False, header_style="bold")
-    out.add_column("TYPE")
-    for column in table.columns:
-        out.add_column(column.header, justify=column.justify)
-    cells = [list(column.cells) for column in table.columns]
-    for i, it in enumerate(items):
-        out.add_row(it.get("type") or it["kind"], *(c[i] for c in cells))
-    return out
+def all_types_wide_table(items: list, now: datetime | None = None) -> Text:
+    return live_wide_table(items, now, with_type=True)
 
 
 # -- describe -------------------------------------------------------------------------------------
