@@ -218,13 +218,16 @@ def _refuse_a_real_history(path, clusters: int) -> None:
     import os
 
     from workloadmap.ingest.simulating import cluster_names
-    from workloadmap.warehouse.querying import open_readonly
+    from workloadmap.warehouse.querying import WarehouseUnavailable, open_readonly, run_query
 
     if not os.path.exists(path):
         return
-    conn = open_readonly(path)
     try:
-        found = {c for (c,) in conn.execute("SELECT DISTINCT cluster FROM workload_states").fetchall()}
+        conn = open_readonly(path)
+    except WarehouseUnavailable:
+        return   # the writer, opening it next, says what is wrong with it
+    try:
+        found = {row["cluster"] for row in run_query(conn, "demand_by_cluster").dicts()}
     finally:
         conn.close()
     foreign = sorted(found - set(cluster_names(max(clusters, len(found)))))
