@@ -342,3 +342,55 @@ def test_version():
     from workloadmap import __version__
     result = run("--version")
     assert result.exit_code == 0 and __version__ in result.stdout
+
+
+# == without an API server: type look-up and the cluster definitions' warnings =================
+def _served(*kinds):
+    from workloadmap.ingest.discovering import ServedResource, ServedResources
+    return ServedResources([ServedResource(g, v, k, p, k.lower(), True, (), ("get", "list", "watch"))
+                            for g, v, k, p in kinds])
+
+
+def test_a_catalog_kind_not_served_is_not_found_and_an_unknown_one_has_no_definition():
+    from workloadmap.ingest.inspecting import Inspector, NoDefinitionError, NotFoundError
+    inspector = Inspector(None, Catalog.builtin(), _served(("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")), "c")
+    assert inspector.resource("jobsets").kind == "JobSet"
+    with pytest.raises(NotFoundError, match="does not serve RayJob"):     # exit 3: no RayJob can exist here
+        inspector.resource("rayjobs")
+    with pytest.raises(NoDefinitionError, match="closest known kinds: JobSet"):   # exit 4
+        inspector.resource("jobsett")
+
+
+class _Pages:
+    """A cluster whose only list is the WorkloadMap definitions given."""
+
+    def __init__(self, objects):
+        self.objects = objects
+
+    def list_pages(self, path, params=None, *, chunk_size=500):
+        yield {"items": self.objects}
+
+
+def test_cluster_definitions_warn_of_collisions_kinds_not_served_and_problems():
+    from workloadmap.ingest.inspecting import (COLLISION, INVALID_DEFINITION, NOT_SERVED, Notice,
+                                               load_cluster_definitions)
+    doc = yaml.safe_load((ROOT / "catalog" / "builtin" / "jobset.yaml").read_text())
+    first, second = copy.deepcopy(doc), copy.deepcopy(doc)
+    first["metadata"]["name"], second["metadata"]["name"] = "jobset-a", "jobset-b"
+    ray = yaml.safe_load((ROOT / "catalog" / "builtin" / "rayjob.yaml").read_text())
+    ray["metadata"]["name"] = "rayjob-here"
+    broken = copy.deepcopy(doc)
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["structureDefinition"]["rootComponent"]["kind"] = "not a kind"
+    served = _served(("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+                     ("workloadmap.io", "v1alpha1", "WorkloadMap", "workloadmaps"))
+    notices: list[Notice] = []
+    catalog = Catalog.builtin()
+    loaded = load_cluster_definitions(catalog, _Pages([first, second, ray, broken]), served, "c", notices.append)
+    assert [d.name for d in loaded] == ["jobset-a", "jobset-b", "rayjob-here"]
+    causes = [n.cause for n in notices]
+    assert causes.count(COLLISION) == 1 and causes.count(NOT_SERVED) == 1 and INVALID_DEFINITION in causes
+    collision = next(n for n in notices if n.cause == COLLISION)
+    assert "'jobset-a' and 'jobset-b' both read JobSet" in collision.message and "'jobset-b' is used" in collision.message
+    assert "does not serve RayJob" in next(n for n in notices if n.cause == NOT_SERVED).message
+    assert catalog.get("jobset-b").gvk.kind == "JobSet"
