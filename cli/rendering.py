@@ -436,14 +436,15 @@ def _describe_header(it: dict, now: datetime | None) -> Text:
                          ("Definition:  ", "bold"), f"{it['definition']} ({_origin(it)})\n",
                          ("Age:         ", "bold"), f"{age(it['creationTimestamp'], now)}\n",
                          ("Status:      ", "bold"))
-    for i, status in enumerate(it.get("statuses") or [it["status"]]):
+    statuses = list(it.get("statuses") or [])
+    if it["status"] not in statuses:   # Undefined: no status matched
+        statuses.append(it["status"])
+    for i, status in enumerate(statuses):
         if i:
             text.append(", ")
         text.append_text(_status_text(status))
         if status == it["status"]:
             text.append(" *", style="bold")
-    if it["status"] not in (it.get("statuses") or []):
-        text.append_text(Text.assemble(", " if it.get("statuses") else "", _status_text(it["status"]), " *"))
     live = it.get("live")
     if live is not None:
         text.append("\n")

@@ -29,18 +29,21 @@ HEALTHY_PHASES = ("Succeeded",)
 
 def pod_reason(pod: dict) -> str | None:
     """Why a pod is not simply running, as kubectl's STATUS column says it: the pod's reason
-    (Evicted), a container's waiting reason (CrashLoopBackOff, ImagePullBackOff), a container's
-    reason for ending badly (OOMKilled, Error), the scheduler's (Unschedulable), Terminating."""
+    (Evicted), a container's waiting reason (CrashLoopBackOff, ImagePullBackOff; an init
+    container's as Init:...), a container's reason for ending badly (OOMKilled, Error), the
+    scheduler's (Unschedulable), Terminating."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if status.get("reason"):
         return status["reason"]
-    for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+    containers = [("Init:", c) for c in status.get("initContainerStatuses") or []]
+    containers += [("", c) for c in status.get("containerStatuses") or []]
+    for prefix, c in containers:   # an init container's reason is prefixed, as kubectl shows it
         state = c.get("state") or {}
         waiting, ended = state.get("waiting") or {}, state.get("terminated") or {}
         if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-            return waiting["reason"]
+            return prefix + waiting["reason"]
         if ended and ended.get("exitCode") not in (0, None):
-            return ended.get("reason") or f"ExitCode:{ended['exitCode']}"
+            return prefix + (ended.get("reason") or f"ExitCode:{ended['exitCode']}")
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return condition.get("reason") or "Unschedulable"

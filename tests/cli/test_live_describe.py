@@ -394,3 +394,32 @@ def test_cluster_definitions_warn_of_collisions_kinds_not_served_and_problems():
     assert "'jobset-a' and 'jobset-b' both read JobSet" in collision.message and "'jobset-b' is used" in collision.message
     assert "does not serve RayJob" in next(n for n in notices if n.cause == NOT_SERVED).message
     assert catalog.get("jobset-b").gvk.kind == "JobSet"
+
+
+def test_pod_reasons_as_kubectl_says_them():
+    from workloadmap.ingest.describing import pod_reason
+    assert pod_reason({"status": {"phase": "Failed", "reason": "Evicted"}}) == "Evicted"
+    init_waiting = {"status": {"phase": "Pending", "initContainerStatuses": [
+        {"name": "i", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    assert pod_reason(init_waiting) == "Init:ImagePullBackOff"
+    creating = {"status": {"phase": "Pending", "containerStatuses": [{"name": "c", "state": {"waiting": {
+        "reason": "ContainerCreating"}}}]}}
+    assert pod_reason(creating) is None   # on its way, not broken
+    assert pod_reason({"status": {"phase": "Failed", "containerStatuses": [{"name": "c", "state": {
+        "terminated": {"exitCode": 2}}}]}}) == "ExitCode:2"
+    assert pod_reason({"status": {"phase": "Succeeded", "containerStatuses": [{"name": "c", "state": {
+        "terminated": {"exitCode": 0, "reason": "Completed"}}}]}}) is None
+    assert pod_reason({"metadata": {"deletionTimestamp": "2026-12-05T00:00:00Z"}, "status": {"phase": "Running"}}) \
+        == "Terminating"
+
+
+def test_describe_header_marks_the_resolved_status_among_the_matched():
+    from workloadmap.cli import rendering
+    item = {"kind": "JobSet", "name": "x", "namespace": "ns", "definition": "jobset", "origin": "file",
+            "definitionSource": "/tmp/d.yaml", "creationTimestamp": None, "status": "Degraded",
+            "statuses": ["Running", "Degraded"], "live": None, "total": {"pods": 3}}
+    text = rendering._describe_header(item, None).plain
+    assert "Status:      Running, Degraded *" in text and "jobset (file: /tmp/d.yaml)" in text
+    assert "3 desired (from the manifest: nothing live)" in text
+    undefined = rendering._describe_header(dict(item, status="Undefined", statuses=[]), None).plain
+    assert "Status:      Undefined *\n" in undefined
