@@ -37,8 +37,11 @@ from workloadmap.warehouse.querying import open_readonly, run_query_arrow
 from workloadmap.warehouse.values import parse_instant
 from workloadmap.warehouse.writing import Warehouse
 
-# A group of its own (the commands `workloadmap` registers), so the shared one is left as main.py builds it.
-cli = click.Group("workloadmap", commands=[pipeline_commands.demo])
+# A group of its own (the commands `workloadmap` registers), so the shared one is left as main.py builds it;
+# with main.py's help options: click keeps a command's help option from the first context that asks for
+# it, and docs/cli-reference.md (its test) must see -h.
+cli = click.Group("workloadmap", commands=[pipeline_commands.demo],
+                  context_settings={"help_option_names": ["-h", "--help"]})
 cost_commands.register(cli)
 
 GiB = 1 << 30
