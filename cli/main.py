@@ -285,3 +285,20 @@ def _watch_interrupts(interrupt):
 def kubectl_main():
     """`kubectl workloadmap ...`: the same commands, as a kubectl plugin (kubectl-workloadmap on PATH)."""
     main(prog_name="kubectl workloadmap")
+
+
+def kubectl_complete_main():
+    """`kubectl workloadmap <TAB>`: kubectl (1.26 and later) runs ``kubectl_complete-workloadmap``
+    with the words after the plugin's name, the last one being completed, and reads cobra's
+    answer: one candidate a line, then ``:4`` (no file names).  The candidates are click's,
+    the same as `workloadmap completion` gives a shell."""
+    from click.shell_completion import ShellComplete
+
+    args = sys.argv[1:] or [""]
+    try:
+        items = ShellComplete(cli, {}, "workloadmap", COMPLETE_VAR).get_completions(args[:-1], args[-1])
+    except Exception:   # noqa: BLE001 - a completion never prints a traceback
+        items = []
+    for item in items:
+        click.echo(item.value)
+    click.echo(":4")

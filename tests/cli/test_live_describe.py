@@ -278,6 +278,17 @@ def test_completion_through_bash_itself(cluster):
     assert out.returncode == 0 and out.stdout.split() == [f"jobset/{JS}"], out.stderr
 
 
+def test_kubectl_plugin_completion_answers_in_cobras_protocol(cluster):
+    """kubectl 1.26+ runs kubectl_complete-workloadmap with the words after `kubectl workloadmap`
+    and reads one candidate a line, then `:<directive>` (4: no file names)."""
+    exe = Path(sys.executable).parent / "kubectl_complete-workloadmap"
+    kinds = subprocess.run([str(exe), "get", "job"], capture_output=True, text=True, timeout=60)
+    assert kinds.returncode == 0 and kinds.stdout.splitlines() == ["jobs", "jobsets", ":4"]
+    names = subprocess.run([str(exe), "describe", "--kubeconfig", cluster["kubeconfig"], "-n", NS, "jobset/tr"],
+                           capture_output=True, text=True, timeout=60)
+    assert names.returncode == 0 and names.stdout.splitlines() == [f"jobset/{JS}", ":4"], names.stderr
+
+
 def test_completion_of_an_unreachable_cluster_is_nothing_and_quick(tmp_path):
     config = tmp_path / "dead.kubeconfig"
     config.write_text(yaml.safe_dump({
