@@ -185,13 +185,6 @@ def test_many_clusters_render_a_central_release_and_a_watcher_release_per_cluste
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["WORKLOADMAP_SERVE_TOKEN_FILE"] == "/etc/workloadmap/serve-token/token"
     assert {v["name"]: v for v in warehouse["volumes"]}["serve-token"]["secret"]["secretName"] == "workloadmap-reads"
-    # the central writer serves the fresh reads, its token a mounted Secret's file
-    warehouse = pod_specs(central)["wm-workloadmap-warehouse"]
-    container = warehouse["containers"][0]
-    assert container["args"][container["args"].index("--serve") + 1] == ":8088"
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["WORKLOADMAP_SERVE_TOKEN_FILE"] == "/etc/workloadmap/serve-token/token"
-    assert {v["name"]: v for v in warehouse["volumes"]}["serve-token"]["secret"]["secretName"] == "workloadmap-reads"
 
 
 def test_a_missing_bootstrap_server_or_cluster_id_is_refused_by_name(helm_binary):
