@@ -153,7 +153,9 @@ WHERE EXISTS (SELECT 1 FROM wm_touched t WHERE t.cluster = c.cluster AND t.uid =
 
 # Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): the batch's range
 # of instants ($lo, $hi, constants) lets DuckDB skip the row groups of the history outside it
-# (transitions arrive in about time order), so only recent row groups are read.
+# (transitions arrive in about time order), so only recent row groups are read.  The window
+# function does not keep the batch's order, so the rows are put back in arrival order: the
+# transitions feed's cursor is the rowid and promises arrival order.
 _INSERT_TRANSITIONS = """
 INSERT INTO transitions BY NAME
 SELECT * EXCLUDE (pos) FROM (
@@ -165,6 +167,7 @@ WHERE NOT EXISTS (
     WHERE t.transitioned_at >= $lo AND t.transitioned_at <= $hi
       AND t.cluster = b.cluster AND t.uid = b.uid AND t.transitioned_at = b.transitioned_at
       AND t.to_status = b.to_status)
+ORDER BY pos
 """
 
 

@@ -183,6 +183,19 @@ def test_transitions_are_deduplicated(tmp_path):
     assert rows == [(None, "Initializing", 8.0, None), ("Initializing", "Running", 8.0, 300.0)]
 
 
+def test_a_batch_of_transitions_keeps_its_arrival_order(tmp_path):
+    """The rowid is the transitions feed's cursor: rows of one batch are stored in the order they
+    came in (the deduplicating window function alone would shuffle a large batch)."""
+    t = {"cluster": "c1", "namespace": "ns", "kind": "Job", "framework": "Kubernetes", "definition": "job",
+         "from": None, "to": "Running", "gpus": 1, "previousDurationSeconds": None}
+    batch = [dict(t, uid=f"u{n}", name=f"j{n}", at=f"2025-06-03T{n % 24:02d}:{n % 60:02d}:00Z")
+             for n in range(20_000)]
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write([], batch)
+        names = [r[0] for r in wh.cursor().execute("SELECT name FROM transitions ORDER BY rowid").fetchall()]
+    assert names == [b["name"] for b in batch]
+
+
 def test_malformed_records_are_refused_before_writing(tmp_path):
     good = lifecycle()[0]
     bad = [dict(good, observedAt="yesterday"), {k: v for k, v in good.items() if k != "uid"},
