@@ -30,7 +30,7 @@ Then, with the real code paths on a read-only connection
 ``TARGETS_MS``): current capacity by namespace (``capacity``, from the keyed
 ``workload_current``); capacity by namespace at an instant 45 days back and a 30-day hourly
 series (``capacity``/``capacity_series`` over ``status_intervals``); a one-year daily cost
-report by namespace and by workload (``costing.cost_report`` with the example pricing file:
+report by namespace and by workload (``costing.cost_report`` of the requested basis, with the example pricing file:
 the whole report in SQL, an Arrow table out; the one by workload has millions of rows and is
 timed once after its warm-up); and, for reference, the series as Python rows (what the CLI
 turns into items) and the one-year cost by workload in one period.
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import duckdb
 
-from workloadmap.warehouse.costing import cost_report
+from workloadmap.warehouse.costing import REQUESTED, cost_report
 from workloadmap.warehouse.pricing import load_pricing
 from workloadmap.warehouse.querying import open_readonly, run_query, run_query_arrow
 from workloadmap.warehouse.writing import Warehouse
@@ -279,14 +279,16 @@ def measuring(path: str, *, runs: int = 3, daily_by_workload: bool = True) -> di
             # The same series as Python rows (what `workloadmap capacity --since` turns into items).
             "capacity_series_30d_hourly_python_rows": lambda: run_query(conn, "capacity_series", **series),
             "cost_year_daily_by_namespace": lambda: cost_report(
-                conn, START, END, by=("namespace",), step=timedelta(days=1), pricing=pricing, as_of=END),
+                conn, START, END, by=("namespace",), step=timedelta(days=1), pricing=pricing, as_of=END,
+                basis=REQUESTED),
             "cost_year_by_workload": lambda: cost_report(
-                conn, START, END, by=("workload",), pricing=pricing, as_of=END),
+                conn, START, END, by=("workload",), pricing=pricing, as_of=END, basis=REQUESTED),
             "cost_year_daily_by_workload": lambda: cost_report(
-                conn, START, END, by=("workload",), step=timedelta(days=1), pricing=pricing, as_of=END),
+                conn, START, END, by=("workload",), step=timedelta(days=1), pricing=pricing, as_of=END,
+                basis=REQUESTED),
             # The same rows computed from the rollup (no pricing: the kept rows are priced, not read).
             "cost_year_daily_by_workload_unpriced": lambda: cost_report(
-                conn, START, END, by=("workload",), step=timedelta(days=1), as_of=END),
+                conn, START, END, by=("workload",), step=timedelta(days=1), as_of=END, basis=REQUESTED),
         }
         if not daily_by_workload:
             del queries["cost_year_daily_by_workload"], queries["cost_year_daily_by_workload_unpriced"]

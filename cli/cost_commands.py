@@ -270,7 +270,7 @@ def _allocation_charts(conn, report: costing.CostReport, step, periods, options)
               help="One row per period (periods start at --since); default: the whole window.")
 @click.option("--pricing", "pricing_path", envvar="WORKLOADMAP_PRICING", type=click.Path(dir_okay=False),
               help="Pricing file (YAML, see warehouse/pricing.example.yaml); without it, hours only.")
-@click.option("--basis", type=click.Choice(costing.BASES), default=costing.ALLOCATED, show_default=True,
+@click.option("--basis", type=click.Choice(costing.BASES), default=costing.DEFAULT_BASIS, show_default=True,
               help="Bill what pods hold while bound to nodes (allocated), or what workloads request while "
                    "Running/Degraded (requested).")
 @click.option("--include-initializing", is_flag=True,

@@ -170,7 +170,7 @@ def read_cost(conn, params: dict, now: dt.datetime) -> dict:
     since, until = _parsed(params, "window", lambda t: parse_window(t, now), (now - _DAY, now))
     by = tuple(_list(params, "aggregate") or ["cluster"])
     step = _parsed(params, "step", parse_step)
-    basis = _one(params, "basis", costing.REQUESTED)
+    basis = _one(params, "basis", costing.DEFAULT_BASIS)
     try:
         report = costing.cost_report(conn, since, until, by=by, step=step, basis=basis, **_filters(params))
     except ValueError as exc:

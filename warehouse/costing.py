@@ -50,6 +50,9 @@ STARTING = ("Initializing", "Resuming")
 DIMENSIONS = ("cluster", "namespace", "framework", "workload")
 REQUESTED, ALLOCATED = "requested", "allocated"
 BASES = (ALLOCATED, REQUESTED)  # what a cost report bills (cost_report's `basis`)
+# What a cost report bills unless told (the library, the CLI and the served reads alike): what the pods
+# hold, because that is what a site pays for; a spec's request is what it asked for, not what it got.
+DEFAULT_BASIS = ALLOCATED
 UNSPECIFIED_GPU = "unspecified"  # GPUs of a record that named no GPU resource (see cost_report.sql)
 
 
@@ -107,7 +110,7 @@ class CostReport:
     statuses: tuple[str, ...]
     currency: str | None  # None: no pricing file
     table: pa.Table  # the report's rows in its order (cost_report.sql's; by workload: _workload_rows)
-    basis: str = "requested"  # what it bills (BASES)
+    basis: str  # what it bills (BASES)
 
     @cached_property
     def rows(self) -> list[CostRow]:
@@ -181,16 +184,16 @@ def row_columns(by) -> tuple[str, ...]:
 
 def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step: timedelta | None = None,
                 statuses=CONSUMING, pricing: Pricing | None = None, as_of: datetime | None = None,
-                clusters=None, namespaces=None, frameworks=None, basis: str = REQUESTED) -> CostReport:
+                clusters=None, namespaces=None, frameworks=None, basis: str = DEFAULT_BASIS) -> CostReport:
     """Resource-hours and cost per period and group over [since, until).
 
     `by`: dimensions among DIMENSIONS, and ``role`` with the allocated basis (a workload's rows per
     component: `workload` then reads kind/name/component) (order kept: the first one stacks the
     HTML chart); `step`: period length (None = one period, the window);
     `as_of`: where open intervals end (default now); filters are lists or
-    None.  Without `pricing` the rows carry hours and no cost.  `basis` (BASES): bill what the
-    workloads request while in `statuses` (``requested``), or what their pods hold while bound to a
-    node (``allocated``: `statuses` do not apply; cost_report.sql says how).
+    None.  Without `pricing` the rows carry hours and no cost.  `basis` (BASES, default DEFAULT_BASIS):
+    bill what the pods hold while bound to a node (``allocated``: `statuses` do not apply;
+    cost_report.sql says how), or what the workloads request while in `statuses` (``requested``).
     """
     if basis not in BASES:
         raise ValueError(f"basis {basis!r}: choose {' or '.join(BASES)}")

@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -105,28 +106,33 @@ class Pipeline:
         finally:
             con.close()
 
-    def wait_for_records(self, expected: int, timeout: float = 180) -> None:
+    def wait_for_records(self, expected: int, timeout: float = 180,
+                         count_sql: str = "SELECT count(*) FROM workload_states") -> None:
+        """Until `count_sql` (one number: by default the workload records) reaches `expected`."""
         deadline = time.time() + timeout
         count = None
         while time.time() < deadline:
             for service, proc in self.procs.items():
                 assert proc.poll() is None, f"{service} exited:\n{self.log(service)}"
-            rows = self.warehouse_rows("SELECT count(*) FROM workload_states")
+            rows = self.warehouse_rows(count_sql)
             count = rows[0][0] if rows else None
             if count is not None and count >= expected:
                 return
             time.sleep(0.5)
-        raise AssertionError(f"warehouse has {count} of {expected} records\n--- processors\n"
+        raise AssertionError(f"warehouse has {count} of {expected} ({count_sql})\n--- processors\n"
                              f"{self.log('processors')}\n--- warehouse\n{self.log('warehouse')}")
 
-    def dead_letters(self) -> list[dict]:
-        consumer = KafkaConsumer(self.topic("deadletter"), bootstrap_servers=self.bootstrap,
-                                 auto_offset_reset="earliest", isolation_level="read_committed",
-                                 consumer_timeout_ms=3000)
+    def topic_messages(self, name: str) -> list:
+        """The committed messages of one of the run's topics (read_committed: as the writer reads them)."""
+        consumer = KafkaConsumer(self.topic(name), bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+                                 isolation_level="read_committed", consumer_timeout_ms=3000)
         try:
-            return [json.loads(m.value) for m in consumer]
+            return list(consumer)
         finally:
             consumer.close()
+
+    def dead_letters(self) -> list[dict]:
+        return [json.loads(m.value) for m in self.topic_messages("deadletter")]
 
     def transaction_markers(self, name: str) -> int:
         """Offsets of a topic taken by transaction markers (not messages): 0 when nothing was
@@ -216,32 +222,165 @@ def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline
     assert Counter(d["reason"] for d in p.dead_letters()) == Counter(bad * 2 + [records.MALFORMED_JSON])
 
 
-def _interrupted_run(p: Pipeline, messages, interrupt, resume, timeout=180):
-    """Publish half, interrupt mid-stream, publish the rest, resume; then check the warehouse."""
+def _interrupted_run(p: Pipeline, messages, interrupt, resume, timeout=180, *, stream=None):
+    """Publish half, interrupt mid-stream, publish the rest, resume; then check the warehouse: the
+    workloads' final states, or with a PodNodeStream its pod and node intervals and its accounting."""
+    done_sql, done = ("SELECT count(*) FROM workload_states", len(messages)) if stream is None else stream.done
     p.start("processors")
     p.start("warehouse")
     half = len(messages) // 2
     p.publish(messages, 0, half)
-    p.wait_for_records(half // 3)
+    p.wait_for_records(half // 3, count_sql=done_sql)
     interrupt()
     p.publish(messages, half)
     resume()
-    p.wait_for_records(len(messages), timeout=timeout)
+    p.wait_for_records(done, timeout=timeout, count_sql=done_sql)
     time.sleep(4)
     p.stop("processors")
     p.stop("warehouse")
-    _check_warehouse(p, messages)
+    if stream is None:
+        _check_warehouse(p, messages)
+    else:
+        stream.check(p)
 
 
+def _at(minutes: float) -> str:
+    return (datetime(2026, 12, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodNodeStream:
+    """A cluster's nodes and the pods of its Deployments, as raw events in time order, with the pod and
+    node intervals the warehouse must end with, worked out from the plan (README: a pod holds from the
+    event that binds it until the one that ends it; a node has its allocatable until changed or deleted):
+
+    - node i (8 GPUs, node group pool-a, added at -60 min): i % 3 == 0 moves to pool-b at 15 min (two
+      intervals, split there); i % 3 == 1 is cordoned at 10 min (two, the second unschedulable); i % 3 == 2
+      is deleted at 60 min (one, closed there).  Pods go to the nodes that stay.
+    - pod j (created at j/6 min in namespace team-(j % namespaces), owned by its namespace's ReplicaSet of
+      a Deployment, both published at -30 min): Pending until bound 5 min later, then Bound until it
+      Succeeds 20 min later (j % 3 == 0, deleted a minute after: no new interval), until it is deleted
+      25 min later (j % 3 == 1), or for good (j % 3 == 2, open).
+    - one pod whose nodeName is a number and one node whose allocatable GPUs are words: a dead letter each.
+
+    Every pod and node event changes something the warehouse keeps (state, node, pool, cordon, deletion):
+    each is one record, so raw pod (node) events = pod (node) records + malformed-pod (-node) letters."""
+
+    def __init__(self, nodes: int = 6, pods: int = 120, namespaces: int = 4):
+        steps = []   # (minute, type, object)
+        self.pod_intervals, self.node_intervals = [], []
+        for i in range(nodes):
+            name = f"gpu-{i}"
+            steps.append((-60, "ADDED", self._node(name)))
+            if i % 3 == 0:
+                steps.append((15, "MODIFIED", self._node(name, pool="pool-b")))
+                self.node_intervals += [(name, _at(-60), _at(15), False, "pool-a"), (name, _at(15), None, False, "pool-b")]
+            elif i % 3 == 1:
+                steps.append((10, "MODIFIED", self._node(name, cordoned=True)))
+                self.node_intervals += [(name, _at(-60), _at(10), False, "pool-a"), (name, _at(10), None, True, "pool-a")]
+            else:
+                steps.append((60, "DELETED", self._node(name)))
+                self.node_intervals.append((name, _at(-60), _at(60), False, "pool-a"))
+        kept_nodes = [f"gpu-{i}" for i in range(nodes) if i % 3 != 2]
+        owners = {}
+        for n in range(namespaces):
+            deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                          "metadata": {"name": "serve", "namespace": f"team-{n}", "uid": f"d-{n}"},
+                          "spec": {"replicas": pods // namespaces, "template": {"spec": {"containers": [
+                              {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+            owners[n] = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                         "metadata": {"name": "serve-1", "namespace": f"team-{n}", "uid": f"rs-{n}",
+                                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                                           "name": "serve", "uid": f"d-{n}", "controller": True}]}}
+            steps += [(-30, "ADDED", deployment), (-30, "ADDED", owners[n])]
+        for j in range(pods):
+            created, node = j / 6, kept_nodes[j % len(kept_nodes)]
+            bound = created + 5
+            steps += [(created, "ADDED", self._pod(j, owners[j % namespaces])),
+                      (bound, "MODIFIED", self._pod(j, owners[j % namespaces], node, "Running"))]
+            self.pod_intervals.append((f"p-{j}", "Pending", None, _at(created), _at(bound)))
+            if j % 3 == 0:
+                steps += [(bound + 20, "MODIFIED", self._pod(j, owners[j % namespaces], node, "Succeeded")),
+                          (bound + 21, "DELETED", self._pod(j, owners[j % namespaces], node, "Succeeded"))]
+                self.pod_intervals.append((f"p-{j}", "Bound", node, _at(bound), _at(bound + 20)))
+            elif j % 3 == 1:
+                steps.append((bound + 25, "DELETED", self._pod(j, owners[j % namespaces], node, "Running")))
+                self.pod_intervals.append((f"p-{j}", "Bound", node, _at(bound), _at(bound + 25)))
+            else:
+                self.pod_intervals.append((f"p-{j}", "Bound", node, _at(bound), None))
+        bad_pod = self._pod(pods, owners[0])
+        bad_pod["spec"]["nodeName"] = 7
+        bad_node = self._node("gpu-bad")
+        bad_node["status"]["allocatable"]["nvidia.com/gpu"] = "eight"
+        steps += [(30, "ADDED", bad_pod), (30, "ADDED", bad_node)]
+        steps.sort(key=lambda step: step[0])   # stable: a pod's (node's) events stay in their order
+        events = []
+        for version, (minute, etype, obj) in enumerate(steps, start=100):
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+            events.append(records.raw_event("lab", etype, obj, _at(minute)))
+        self.messages = [(event_key(e), records.encode(e), None) for e in events]
+        self.raw = Counter(e["object"]["kind"] for e in events)
+        closed = sum(1 for iv in self.pod_intervals if iv[4]) + sum(1 for iv in self.node_intervals if iv[2])
+        # intervals opened + intervals closed: grows with every fact the writer applies, reaches this at the end
+        self.done = ("SELECT (SELECT count(*) FROM pod_intervals) + (SELECT count(*) FROM pod_history) "
+                     "+ (SELECT count(*) FROM node_intervals) + (SELECT count(*) FROM node_history)",
+                     len(self.pod_intervals) + len(self.node_intervals) + closed)
+
+    @staticmethod
+    def _node(name: str, *, pool: str = "pool-a", cordoned: bool = False) -> dict:
+        amounts = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"eks.amazonaws.com/nodegroup": pool}},
+                "spec": {"unschedulable": True} if cordoned else {},
+                "status": {"allocatable": dict(amounts), "capacity": dict(amounts),
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    @staticmethod
+    def _pod(j: int, owner: dict, node: str | None = None, phase: str = "Pending") -> dict:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"serve-1-{j}", "namespace": owner["metadata"]["namespace"], "uid": f"p-{j}",
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "serve-1",
+                                                  "uid": owner["metadata"]["uid"], "controller": True}]},
+                "spec": {**({"nodeName": node} if node else {}), "containers": [
+                    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": phase}}
+
+    def check(self, p: Pipeline) -> None:
+        """The intervals exactly as planned (none doubled, none missing); every raw pod and node event a
+        record or a dead letter, and no record twice on its topic."""
+        def times(rows):
+            return sorted(tuple(v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(v, datetime)
+                                else v for v in row) for row in rows)
+        pods = p.warehouse_rows("SELECT uid, state, node, valid_from, valid_to FROM pod_intervals")
+        assert times(pods) == sorted(self.pod_intervals)
+        nodes = p.warehouse_rows("SELECT name, valid_from, valid_to, unschedulable, node_pool FROM node_intervals")
+        assert times(nodes) == sorted(self.node_intervals)
+        letters = Counter(d["reason"] for d in p.dead_letters())
+        assert letters == Counter({records.MALFORMED_POD: 1, records.MALFORMED_NODE: 1})
+        for topic, kind, reason in (("pods", "Pod", records.MALFORMED_POD), ("nodes", "Node", records.MALFORMED_NODE)):
+            versions = Counter((m.key, json.loads(m.value)["resourceVersion"]) for m in p.topic_messages(topic))
+            assert max(versions.values()) == 1, [k for k, n in versions.items() if n > 1][:5]
+            assert sum(versions.values()) + letters[reason] == self.raw[kind], topic
+
+
+def _stream(kind: str, seed: int) -> dict:
+    """_interrupted_run's stream: the simulator's workloads, or pods and nodes (PodNodeStream)."""
+    if kind == "workloads":
+        return {"messages": _messages(seed=seed, bad_fraction=0.0)}
+    stream = PodNodeStream()
+    return {"messages": stream.messages, "stream": stream}
+
+
+@pytest.mark.parametrize("kind", ["workloads", "pods and nodes"])
 @pytest.mark.parametrize("victim", ["processors", "warehouse"])
-def test_a_service_killed_mid_stream_loses_and_doubles_nothing(kafka_broker, pipeline_on, victim):
+def test_a_service_killed_mid_stream_loses_and_doubles_nothing(kafka_broker, pipeline_on, victim, kind):
     p = pipeline_on(kafka_broker.bootstrap_servers)
-    _interrupted_run(p, _messages(seed=23, bad_fraction=0.0),
+    _interrupted_run(p, **_stream(kind, seed=23),
                      interrupt=lambda: p.kill(victim),  # SIGKILL: no chance to commit or clean up
                      resume=lambda: (time.sleep(2), p.start(victim)))
 
 
-def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on):
+@pytest.mark.parametrize("kind", ["workloads", "pods and nodes"])
+def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on, kind):
     skip_if_kafka_opted_out()
     with KafkaBroker() as broker:
         p = pipeline_on(broker.bootstrap_servers)
@@ -250,8 +389,7 @@ def test_broker_restart_mid_stream_loses_and_doubles_nothing(pipeline_on):
             broker.stop()
             time.sleep(3)
             broker.restart()
-        _interrupted_run(p, _messages(seed=31, bad_fraction=0.0), interrupt=interrupt, resume=lambda: None,
-                         timeout=300)
+        _interrupted_run(p, **_stream(kind, seed=31), interrupt=interrupt, resume=lambda: None, timeout=300)
 
 
 def _widget_events(n: int, rv: int):
@@ -383,12 +521,7 @@ def test_pending_pods_survive_a_killed_worker_and_are_attributed_when_their_owne
     assert rows == [("Deployment", 24, 24)], f"{rows}\n{p.log('processors')}"
     owners = p.warehouse_rows("SELECT DISTINCT uid, workload_uid FROM pod_intervals")
     assert {uid: wl for uid, wl in owners} == {f"p-{n}-{i}": f"d-{n}" for n in range(6) for i in range(4)}
-    consumer = KafkaConsumer(p.topic("pods"), p.topic("nodes"), bootstrap_servers=p.bootstrap,
-                             auto_offset_reset="earliest", isolation_level="read_committed", consumer_timeout_ms=3000)
-    try:
-        per_key = Counter((m.topic, m.key) for m in consumer)
-    finally:
-        consumer.close()
+    per_key = Counter((m.topic, m.key) for m in p.topic_messages("pods") + p.topic_messages("nodes"))
     assert sorted(Counter(per_key.values()).items()) == [(1, 1), (2, 24)]   # the node once; each pod twice
     assert p.dead_letters() == []
 
@@ -419,13 +552,8 @@ def test_a_worker_killed_mid_pod_stream_loses_and_doubles_no_pod_record(kafka_br
             break
         time.sleep(0.5)
     assert rows == [(600, 600, 600)], f"{rows}\n{p.log('processors')}"
-    consumer = KafkaConsumer(p.topic("pods"), bootstrap_servers=p.bootstrap, auto_offset_reset="earliest",
-                             isolation_level="read_committed", consumer_timeout_ms=3000)
-    try:
-        seen = Counter((m.key, json.loads(m.value)["resourceVersion"],
-                        (json.loads(m.value)["workload"] or {}).get("uid")) for m in consumer)
-    finally:
-        consumer.close()
+    seen = Counter((m.key, json.loads(m.value)["resourceVersion"], (json.loads(m.value)["workload"] or {}).get("uid"))
+                   for m in p.topic_messages("pods"))
     assert max(seen.values()) == 1, [k for k, n in seen.items() if n > 1][:5]
     assert {key for key, _, wl in seen if wl is not None} == {f"lab/p-{n}-{i}".encode() for n in range(20) for i in range(30)}
     assert p.dead_letters() == []

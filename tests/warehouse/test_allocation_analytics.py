@@ -183,8 +183,18 @@ def test_cost_bills_allocated_gpu_hours_per_workload_and_role(conn):
     roles = costing.cost_report(conn, DAY, NEXT, by=("role",), basis=costing.ALLOCATED, as_of=NEXT)
     assert {r.workload: r.gpu_hours for r in roles.rows} == {"JobSet/train/worker": 108, "NIMService/nim/nim": 44}
     # what the records request while Running: W1 8 GPUs 01:00-24:00 = 184; W3 2 x 22 = 44
-    requested = costing.cost_report(conn, DAY, NEXT, by=("workload",), as_of=NEXT)
+    requested = costing.cost_report(conn, DAY, NEXT, by=("workload",), as_of=NEXT, basis=costing.REQUESTED)
     assert {r.workload: r.gpu_hours for r in requested.rows} == {"JobSet/train": 184, "NIMService/nim": 44}
+
+
+def test_the_library_bills_allocated_gpu_hours_unless_told_otherwise(conn):
+    """Issue 25: cost bills allocated GPU-hours by default; the library, the CLI and the served reads share
+    one default (the 108 and 44 allocated GPU-hours above, not the 184 requested)."""
+    report = costing.cost_report(conn, DAY, NEXT, by=("workload",), as_of=NEXT)
+    assert report.basis == costing.ALLOCATED
+    assert {r.workload: r.gpu_hours for r in report.rows} == {"JobSet/train": 108, "NIMService/nim": 44}
+    (basis,) = [p for p in cli.commands["cost"].params if p.name == "basis"]
+    assert basis.default == costing.DEFAULT_BASIS == costing.ALLOCATED
 
 
 def invoke(path, *args):

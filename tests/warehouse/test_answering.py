@@ -98,19 +98,24 @@ def test_capacity_over_a_window_in_steps(served):
 
 def test_cost_over_an_opencost_window_aggregated_by_cluster(served):
     base, _ = served
-    status, body = get(f"{base}/api/v1/cost?window=2026-11-01T00:00:00Z,2026-11-01T06:00:00Z&aggregate=cluster")
+    # the history is workload records alone: billed by what they request (the default basis is allocated)
+    status, body = get(f"{base}/api/v1/cost?window=2026-11-01T00:00:00Z,2026-11-01T06:00:00Z&aggregate=cluster"
+                       "&basis=requested")
     assert status == 200, body
     hours = {i["cluster"]: i["gpu_hours"] for i in body["items"]}
     # a: train Running 01-05 x 8 = 32, serve Running/Degraded 02-06 x 4 = 16
     # b: infer Running 03:30-06 x 2 = 5, big Running 01:30-02:30 x 16 + 02:30-04:30 x 32 = 80
     assert hours == {"a": 48, "b": 85}
     assert body["window"] == {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T06:00:00Z"}
+    # unless asked, what the pods held: none here
+    status, body = get(f"{base}/api/v1/cost?window=2026-11-01T00:00:00Z,2026-11-01T06:00:00Z&aggregate=cluster")
+    assert (status, body["basis"], body["items"]) == (200, "allocated", [])
 
 
 def test_cost_in_steps_splits_the_window(served):
     base, _ = served
     status, body = get(f"{base}/api/v1/cost?window=2026-11-01T00:00:00Z,2026-11-01T06:00:00Z"
-                       "&aggregate=cluster&step=3h")
+                       "&aggregate=cluster&step=3h&basis=requested")
     assert status == 200, body
     hours = {(i["cluster"], i["start"]): i["gpu_hours"] for i in body["items"]}
     # a 00-03: train 01-03 x 8 = 16, serve 02-03 x 4 = 4; a 03-06: train 03-05 x 8 = 16, serve 3 h x 4 = 12

@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from workloadmap.cli import cost_commands, pipeline_commands
 from workloadmap.cli.cost_html import PALETTE
 from workloadmap.warehouse.costing import CONSUMING as CONSUMING_STATUSES
-from workloadmap.warehouse.costing import consuming_statuses, cost_report, row_columns
+from workloadmap.warehouse import costing
+from workloadmap.warehouse.costing import consuming_statuses, row_columns
 from workloadmap.warehouse.pricing import PricingError, load_pricing, parse_pricing
 from workloadmap.warehouse.querying import open_readonly, run_query_arrow
 from workloadmap.warehouse.values import parse_instant
@@ -49,6 +50,12 @@ UTC = timezone.utc
 SINCE = datetime(2026, 11, 2, tzinfo=UTC)
 UNTIL = datetime(2026, 11, 4, tzinfo=UTC)
 AS_OF = datetime(2026, 11, 5, tzinfo=UTC)
+
+
+def cost_report(*args, **kwargs):
+    """A report of the requested basis: these histories are workload records alone (no pods), billed by
+    what they request while in a consuming status (allocated, the default, is test_allocation_analytics')."""
+    return costing.cost_report(*args, **{"basis": costing.REQUESTED, **kwargs})
 
 
 def t(day: int, hour: int) -> str:

@@ -15,12 +15,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from workloadmap.catalog import records
 from workloadmap.warehouse import costing, rolling
-from workloadmap.warehouse.costing import cost_report
 from workloadmap.warehouse.pricing import parse_pricing
 from workloadmap.warehouse.querying import run_query_arrow
 from workloadmap.warehouse.writing import Warehouse
 
-from tests.warehouse.test_costing import _DEMANDS, _PLAN_PRICING
+from tests.warehouse.test_costing import _DEMANDS, _PLAN_PRICING, cost_report
 
 UTC = timezone.utc
 GiB = 2**30

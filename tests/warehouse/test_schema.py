@@ -259,8 +259,9 @@ def test_migrate_v6_to_v7_rolls_up_the_history_when_the_writer_opens_it(tmp_path
         assert cur.execute("SELECT costs_to, priced_with FROM usage_rollup").fetchall() == [
             (date(2025, 6, 5), costing.priced_with(None))]
         since, until = datetime(2025, 6, 1, tzinfo=timezone.utc), datetime(2025, 6, 7, tzinfo=timezone.utc)
-        daily = costing.cost_report(cur, since, until, by=("workload",), step=timedelta(days=1), as_of=until)
-        whole = costing.cost_report(cur, since, until, by=("workload",), as_of=until)
+        daily = costing.cost_report(cur, since, until, by=("workload",), step=timedelta(days=1), as_of=until,
+                                    basis=costing.REQUESTED)
+        whole = costing.cost_report(cur, since, until, by=("workload",), as_of=until, basis=costing.REQUESTED)
         hours = sum(r.gpu_hours for r in whole.rows)
         assert hours > 0 and sum(r.gpu_hours for r in daily.rows) == pytest.approx(hours)
         res = wh.write([as_record(base, "c0", "2025-06-06T12:00:00Z", "MODIFIED", uid="uid-0", status="Completed",
