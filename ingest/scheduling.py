@@ -5,10 +5,14 @@ allocation, idle and wait answers need a stream of them consistent with the work
 workload events of ``simulating.simulate`` (time-ordered, each with its object), this module
 plays, per cluster, the controllers and a first-fit scheduler:
 
-- **nodes**: per cluster, node pools of 8-GPU H100 nodes, A100 nodes split into MIG slices
-  (``nvidia.com/mig-1g.10gb``) and CPU nodes, sized below the cluster's peak demand so that some
-  pods wait for capacity; one node of the first cluster is cordoned on the second day, one node of
-  the second cluster is lost on the third (deleted: its pods are evicted);
+- **nodes**: per cluster, node pools of 8-GPU H100 nodes, A100 nodes partitioned into MIG slices
+  (one pool per profile the workloads ask for, as the GPU operator's "mixed" strategy exposes them:
+  seven ``nvidia.com/mig-1g.10gb``, three ``2g.20gb`` or two ``3g.40gb`` per A100) and CPU nodes. A platform team buys for its usual load, not its
+  worst hour: each GPU pool holds ``FILL`` of the cluster's peak demand for its resource (a first
+  pass over the workload events finds the peaks), so pods wait for capacity at the peaks and after
+  a cordon or a lost node, and the allocation stays below what the clusters have; one node of the
+  first cluster is cordoned on the second day, one node of the second cluster is lost on the third
+  (deleted: its pods are evicted);
 - **owners**: the intermediate objects real controllers create between a workload and its pods
   (a ReplicaSet for a Deployment, a Job per CronJob run or JobSet, a StatefulSet of a LeaderWorkerSet,
   a RayCluster of a RayJob, ...), each with a controller ownerReference to its parent;
@@ -26,6 +30,7 @@ phase, conditions).  Deterministic: all choices come from the events and a seede
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,9 +38,12 @@ from dataclasses import dataclass, field
 from workloadmap.catalog import Catalog, ResolveError, records
 from workloadmap.catalog.jqlang import JqError
 
-# (pool, GPU product, instance type, GPU resource, GPUs per node, share of the cluster's nodes)
+# (pool, GPU product, instance type, GPU resource, GPU resources per node, share of the nodes when their number
+# is given): an 8-GPU A100 node partitioned into one MIG profile exposes 8 x (7, 3 or 2) slices.
 POOLS = (("h100", "NVIDIA-H100-80GB-HBM3", "p5.48xlarge", "nvidia.com/gpu", 8, 0.7),
-         ("a100-mig", "NVIDIA-A100-SXM4-80GB", "p4d.24xlarge", "nvidia.com/mig-1g.10gb", 7, 0.15),
+         ("a100-mig-1g", "NVIDIA-A100-SXM4-80GB", "p4d.24xlarge", "nvidia.com/mig-1g.10gb", 56, 0.05),
+         ("a100-mig-2g", "NVIDIA-A100-SXM4-80GB", "p4d.24xlarge", "nvidia.com/mig-2g.20gb", 24, 0.05),
+         ("a100-mig-3g", "NVIDIA-A100-SXM4-80GB", "p4d.24xlarge", "nvidia.com/mig-3g.40gb", 16, 0.05),
          ("cpu", None, "m7i.16xlarge", None, 0, 0.15))
 # The intermediate owners real controllers put between a workload of this kind and its pods.
 CHAINS = {"Deployment": (("apps/v1", "ReplicaSet"),), "CronJob": (("batch/v1", "Job"),),
@@ -46,6 +54,7 @@ CHAINS = {"Deployment": (("apps/v1", "ReplicaSet"),), "CronJob": (("batch/v1", "
           "NIMService": (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet")),
           "Service": (("serving.knative.dev/v1", "Revision"), ("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"))}
 RUNNING = frozenset({"Initializing", "Running", "Degraded"})
+FILL = 0.9   # a GPU pool's share of its cluster's peak demand for that GPU resource
 _S = 1000
 
 
@@ -89,12 +98,12 @@ def _text(start_ms: int, ms: int) -> str:
 class _Cluster:
     """One cluster's nodes, owners and pods, and the events they make."""
 
-    def __init__(self, name: str, index: int, nodes: int, rng: random.Random, start_ms: int):
+    def __init__(self, name: str, index: int, sizes: dict[str, int], rng: random.Random, start_ms: int):
         self.name, self.rng, self.start_ms = name, rng, start_ms
         self.rv = 50_000_000 + 1_000_000 * index
         self.nodes: list[_Node] = []
-        for pool, product, instance_type, resource, gpus, share in POOLS:
-            for i in range(max(1, round(nodes * share))):
+        for pool, product, instance_type, resource, gpus, _ in POOLS:
+            for i in range(sizes[pool]):
                 self.nodes.append(_Node(f"{name}-{pool}-{i:03d}", self._uid(), pool, product, instance_type,
                                         resource, gpus, float(gpus)))
         self.pending: list[_Pod] = []
@@ -289,13 +298,62 @@ def _wanted(catalog: Catalog, obj: dict, status: str, cap: int) -> list[tuple]:
     return out[:cap]
 
 
+def _pool_sizes(nodes: int | None, peaks: dict[str | None, float]) -> dict[str, int]:
+    """Nodes per pool: `nodes` split by the pools' shares, or (None) each GPU pool sized to FILL of the
+    cluster's peak demand for its resource and the CPU pool to the GPU pools' share of CPU nodes."""
+    if nodes is not None:
+        return {pool: max(1, round(nodes * share)) for pool, _, _, _, _, share in POOLS}
+    sizes = {pool: max(1, math.ceil(FILL * peaks.get(resource, 0.0) / gpus))
+             for pool, _, _, resource, gpus, _ in POOLS if gpus}
+    gpu_share = sum(share for *_, gpus, share in POOLS if gpus)
+    for pool, *_, gpus, share in POOLS:
+        if not gpus:
+            sizes[pool] = max(1, round(sum(sizes.values()) * share / gpu_share))
+    return sizes
+
+
+def _planned(events: Iterable, clusters: list[str], start_ms: int, catalog: Catalog, max_pods: int):
+    """The workload events with the pods each asks for, and each cluster's peak GPU demand by resource
+    (the sum over its workloads of what their latest events ask for, at its highest)."""
+    plan, peaks = [], {name: {} for name in clusters}
+    demand: dict[str, dict] = {name: {} for name in clusters}     # cluster -> resource -> GPUs now
+    asks: dict[tuple, dict] = {}                                  # (cluster, uid) -> resource -> GPUs
+    for item in events:
+        event = getattr(item, "event", item)
+        if event is None:
+            continue
+        at = int(records.parse_time(event["observedAt"]).timestamp() * 1000) - start_ms
+        cluster = event["cluster"]
+        status = getattr(item, "expected_status", None) or ""
+        wanted = [] if event["type"] == "DELETED" or cluster not in demand else \
+            _wanted(catalog, event["object"], status, max_pods)
+        plan.append((at, event, wanted))
+        if cluster not in demand:
+            continue
+        now = {}
+        for _, _, resource, gpus, _, _ in wanted:
+            if gpus:
+                now[resource] = now.get(resource, 0.0) + gpus
+        key = (cluster, event["object"]["metadata"]["uid"])
+        for resource in set(now) | set(asks.get(key, {})):
+            total = demand[cluster][resource] = (demand[cluster].get(resource, 0.0) + now.get(resource, 0.0)
+                                                 - asks.get(key, {}).get(resource, 0.0))
+            peaks[cluster][resource] = max(peaks[cluster].get(resource, 0.0), total)
+        asks[key] = now
+    return plan, peaks
+
+
 def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: float, seed=7,
-               nodes_per_cluster: int = 40, max_pods: int = 64, catalog: Catalog | None = None) -> Iterator[dict]:
+               nodes_per_cluster: int | None = None, max_pods: int = 64,
+               catalog: Catalog | None = None) -> Iterator[dict]:
     """The workload events (``SimulatedEvent``s or raw events, time-ordered) merged with the nodes, owners and
-    pods they make, as raw events in time order."""
+    pods they make, as raw events in time order.  Each cluster has `nodes_per_cluster` nodes, or (None) pools
+    sized from its peak demand."""
     catalog = catalog or Catalog.builtin()
+    plan, peaks = _planned(events, clusters, start_ms, catalog, max_pods)
     rng = random.Random(f"workloadmap-sim:{seed}:scheduling")
-    state = {name: _Cluster(name, i, nodes_per_cluster, rng, start_ms) for i, name in enumerate(clusters)}
+    state = {name: _Cluster(name, i, _pool_sizes(nodes_per_cluster, peaks[name]), rng, start_ms)
+             for i, name in enumerate(clusters)}
     heap: list = []
     order = 0
 
@@ -311,11 +369,7 @@ def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: fl
     if len(names) >= 1:
         push(state[names[0]].cordon(int(1.5 * 86_400_000)))
     lost_at = int(2.5 * 86_400_000) if len(names) >= 2 and days > 2.5 else None
-    for item in events:
-        event = getattr(item, "event", item)
-        if event is None:
-            continue
-        at = int(records.parse_time(event["observedAt"]).timestamp() * 1000) - start_ms
+    for at, event, wanted in plan:
         while heap and heap[0][0] <= at:
             yield heapq.heappop(heap)[2]
         if lost_at is not None and at >= lost_at:
@@ -325,17 +379,14 @@ def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: fl
                 yield heapq.heappop(heap)[2]
         yield event
         cluster = state.get(event["cluster"])
-        if cluster is None:
-            continue
-        status = getattr(item, "expected_status", None) or ""
-        wanted = [] if event["type"] == "DELETED" else _wanted(catalog, event["object"], status, max_pods)
-        push(cluster.follow(at, event, wanted))
+        if cluster is not None:
+            push(cluster.follow(at, event, wanted))
     while heap:
         yield heapq.heappop(heap)[2]
 
 
 def simulate_clusters(clusters: int = 3, workloads: int = 200, days: float = 7, seed=7,
-                      start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int = 40) -> Iterator[dict]:
+                      start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int | None = None) -> Iterator[dict]:
     """``simulating.simulate``'s workloads with their owners, pods and the clusters' nodes: raw events in time
     order (the embedded demo's stream)."""
     from .simulating import cluster_names, simulate

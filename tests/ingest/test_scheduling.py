@@ -108,3 +108,42 @@ def test_some_pods_wait_for_capacity_and_the_lost_nodes_pods_are_evicted(stream)
     assert never, "no pod ever waited for capacity"
     evicted = [e for e in events if e["object"]["kind"] == "Pod" and e["object"]["status"].get("reason") == "Evicted"]
     assert evicted
+
+
+def test_without_a_node_count_each_gpu_pool_holds_nine_tenths_of_its_clusters_peak_demand():
+    """The pools are sized from the workloads (FILL of the peak): derived here from the pod stream alone, the
+    peak of the GPUs its live pods ask for, per cluster and GPU resource, after each instant's events."""
+    workloads = list(simulate(clusters=2, workloads=60, days=3, seed=5))
+    events = list(scheduling(workloads, clusters=CLUSTERS[:2], start_ms=START, days=3, seed=5))
+    per_node, nodes = {}, collections.Counter()
+    live: dict[str, tuple] = {}
+    demand, peak = collections.Counter(), collections.Counter()
+    last = None
+    for e in events + [None]:
+        if e is None or e["observedAt"] != last:
+            for key, gpus in demand.items():
+                peak[key] = max(peak[key], gpus)
+            if e is None:
+                break
+            last = e["observedAt"]
+        obj = e["object"]
+        if obj["kind"] == "Node" and e["type"] == "ADDED":
+            for resource, amount in obj["status"]["allocatable"].items():
+                if resource.startswith("nvidia.com/"):
+                    per_node[e["cluster"], resource] = int(amount)
+                    nodes[e["cluster"], resource] += 1
+        if obj["kind"] != "Pod" or not obj["metadata"].get("ownerReferences"):
+            continue
+        uid = obj["metadata"]["uid"]
+        requests = obj["spec"]["containers"][0]["resources"]["requests"]
+        gpu = [(k, milli_value(v) / 1000) for k, v in requests.items() if k.startswith("nvidia.com/")]
+        ended = e["type"] == "DELETED" or obj["status"]["phase"] in ("Succeeded", "Failed")
+        if not ended and uid not in live and gpu:
+            live[uid] = (e["cluster"], *gpu[0])
+            demand[e["cluster"], gpu[0][0]] += gpu[0][1]
+        elif ended and uid in live:
+            cluster, resource, gpus = live.pop(uid)
+            demand[cluster, resource] -= gpus
+    assert peak and set(peak) <= set(nodes), "every GPU resource a pod asks for is offered by a pool"
+    for key, most in peak.items():
+        assert nodes[key] == max(1, -(-0.9 * most // per_node[key])), key
