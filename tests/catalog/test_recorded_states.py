@@ -36,6 +36,14 @@ def _inferenceservice(obj, case):
                 c.pop("reason")
 
 
+def _sandbox(obj, case):
+    obj["spec"]["operatingMode"] = case["operatingMode"]
+    reasons = {"Suspended": case["suspendedReason"], "Ready": case["readyReason"],
+               "Finished": case.get("finishedReason", "PodFailed")}
+    for c in obj["status"]["conditions"]:
+        c["reason"] = reasons[c["type"]]
+
+
 # how a case's keys change the base object, per class
 CHANGES = {
     "rayjob-job-ended-while-deployment-running": lambda obj, case: obj["status"].update(jobStatus=case["jobStatus"]),
@@ -47,6 +55,7 @@ CHANGES = {
     "podcliqueset-scaling-up": lambda obj, case: obj.update(status=case["status"]),
     "statefulset-scaling-down": lambda obj, case: obj["status"].update(readyReplicas=case["readyReplicas"]),
     "resume-not-acted-on": lambda obj, case: None,
+    "sandbox-pod-ended-by-suspend": _sandbox,
 }
 
 
