@@ -148,7 +148,7 @@ def through_kafka(messages: list, pod_events: int, partitions: int = 3) -> dict:
             time.sleep(8)   # it joins its group and recovers its (empty) state
             cpu = {"processor": cpu_seconds(worker.pid), "broker": cpu_seconds(broker._proc.pid)}
             started, (_, published, publisher_cpu) = publish(broker.bootstrap_servers, f"raw-{tag}",
-                                                             [(k, v, None, None) for k, v in messages])
+                                                             [(k, v, None) for k, v in messages])
             tps = [TopicPartition(f"raw-{tag}", p) for p in range(partitions)]
             # the worker's group's committed offsets, read without joining the group
             consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"pods-{tag}-processors",

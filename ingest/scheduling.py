@@ -20,7 +20,13 @@ plays, per cluster, the controllers and a first-fit scheduler:
   the pods its resolved spec asks for (per component, the per-pod request, the component's pod
   template labels), created Pending, bound to the first node with room after a scheduling delay,
   or left Pending until room frees up; when the workload completes, fails, is suspended or deleted,
-  or scales down, its pods end (Succeeded or Failed, then deleted).
+  or scales down, its pods end (Succeeded or Failed, then deleted);
+- **the kubelet's updates** (``kubelet=True``): between the binding and the end, the status updates
+  a kubelet really makes, each a watch event of its own: the scheduler's binding (still Pending, on
+  its node), the containers being created (Pending, started, not ready), Running not ready yet,
+  then Ready; and the deletion's first step (deletionTimestamp set) before the pod is gone.  They
+  change nothing the warehouse keeps, so they are what a pod stream has most of and what the
+  processors must drop cheaply: the pipeline bench streams them; the demo does not need them.
 
 Every object is a plain Kubernetes object in the raw event envelope, as the watchers publish
 them (pods as the projection of the interface: metadata, nodeName, containers' resources,
@@ -87,6 +93,7 @@ class _Pod:
     memory: int
     created: str
     node: _Node | None = None
+    settled: int | None = None   # (kubelet) when its last status update so far is observed
 
 
 def _text(start_ms: int, ms: int) -> str:
@@ -98,8 +105,9 @@ def _text(start_ms: int, ms: int) -> str:
 class _Cluster:
     """One cluster's nodes, owners and pods, and the events they make."""
 
-    def __init__(self, name: str, index: int, sizes: dict[str, int], rng: random.Random, start_ms: int):
-        self.name, self.rng, self.start_ms = name, rng, start_ms
+    def __init__(self, name: str, index: int, sizes: dict[str, int], rng: random.Random, start_ms: int,
+                 kubelet: bool = False):
+        self.name, self.rng, self.start_ms, self.kubelet = name, rng, start_ms, kubelet
         self.rv = 50_000_000 + 1_000_000 * index
         self.nodes: list[_Node] = []
         for pool, product, instance_type, resource, gpus, _ in POOLS:
@@ -162,7 +170,10 @@ class _Cluster:
 
     # ------------------------------------------------------------------ pods
 
-    def pod_object(self, p: _Pod, phase: str, reason: str | None = None) -> dict:
+    def pod_object(self, p: _Pod, phase: str, reason: str | None = None, *, started: str | None = None,
+                   ready: bool | None = None) -> dict:
+        """The pod's projection; `started` and `ready` (the kubelet's updates): its startTime and its
+        Initialized, ContainersReady and Ready conditions."""
         requests = {"cpu": f"{int(p.cpu * 1000)}m", "memory": str(p.memory)}
         if p.resource and p.gpus:
             requests[p.resource] = str(int(p.gpus))
@@ -171,6 +182,12 @@ class _Cluster:
             status["reason"] = reason
         if p.node is not None:
             status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+            if ready is not None:
+                status["conditions"] += [{"type": "Initialized", "status": "True"},
+                                         {"type": "ContainersReady", "status": str(ready)},
+                                         {"type": "Ready", "status": str(ready)}]
+            if started is not None:
+                status["startTime"] = started
         elif phase == "Pending":
             status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
         spec = {"containers": [{"name": "main", "resources": {"requests": requests, "limits": dict(requests)}}]}
@@ -190,16 +207,34 @@ class _Cluster:
         return pod
 
     def _end(self, at: int, pod: _Pod, phase: str, reason: str | None = None) -> list[tuple]:
+        if pod.settled is not None:
+            at = max(at, pod.settled + 1)   # after the kubelet's updates of its start
         out = [self._event(at, "MODIFIED", self.pod_object(pod, phase, reason))]
         if pod.node is not None:
             pod.node.free += pod.gpus
             pod.node.pods.discard(pod)
         elif pod in self.pending:
             self.pending.remove(pod)
+        deleting = _text(self.start_ms, at + 30 * _S)[:19] + "Z"
+        if self.kubelet:   # the deletion asked for (graceful): the pod goes a moment later
+            asked = self.pod_object(pod, phase, reason)
+            asked["metadata"]["deletionTimestamp"] = deleting
+            out.append(self._event(at + 30 * _S - 500, "MODIFIED", asked))
         deleted = self.pod_object(pod, phase, reason)
-        deleted["metadata"]["deletionTimestamp"] = _text(self.start_ms, at + 30 * _S)[:19] + "Z"
+        deleted["metadata"]["deletionTimestamp"] = deleting
         out.append(self._event(at + 30 * _S, "DELETED", deleted))
         return out
+
+    def _start(self, at: int, pod: _Pod) -> list[tuple]:
+        """The kubelet's updates of a pod bound at `at`: containers created, Running, then Ready."""
+        creating = at + self.rng.randint(1 * _S, 3 * _S)
+        running = creating + self.rng.randint(3 * _S, 40 * _S)
+        ready = running + self.rng.randint(2 * _S, 15 * _S)
+        started = _text(self.start_ms, creating)[:19] + "Z"
+        pod.settled = ready
+        return [self._event(creating, "MODIFIED", self.pod_object(pod, "Pending", started=started, ready=False)),
+                self._event(running, "MODIFIED", self.pod_object(pod, "Running", started=started, ready=False)),
+                self._event(ready, "MODIFIED", self.pod_object(pod, "Running", started=started, ready=True))]
 
     def schedule(self, at: int) -> list[tuple]:
         """First fit, in creation order: a pod binds to the first schedulable node of its GPU resource
@@ -215,8 +250,12 @@ class _Cluster:
             node.free -= pod.gpus
             node.pods.add(pod)
             pod.node = node
-            out.append(self._event(at + self.rng.randint(2 * _S, 90 * _S), "MODIFIED",
-                                   self.pod_object(pod, "Running")))
+            bound = at + self.rng.randint(2 * _S, 90 * _S)
+            if self.kubelet:   # the binding, then the kubelet's updates
+                out.append(self._event(bound, "MODIFIED", self.pod_object(pod, "Pending")))
+                out += self._start(bound, pod)
+            else:
+                out.append(self._event(bound, "MODIFIED", self.pod_object(pod, "Running")))
         self.pending = waiting
         return out
 
@@ -345,14 +384,15 @@ def _planned(events: Iterable, clusters: list[str], start_ms: int, catalog: Cata
 
 def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: float, seed=7,
                nodes_per_cluster: int | None = None, max_pods: int = 64,
-               catalog: Catalog | None = None) -> Iterator[dict]:
+               catalog: Catalog | None = None, kubelet: bool = False) -> Iterator[dict]:
     """The workload events (``SimulatedEvent``s or raw events, time-ordered) merged with the nodes, owners and
     pods they make, as raw events in time order.  Each cluster has `nodes_per_cluster` nodes, or (None) pools
-    sized from its peak demand."""
+    sized from its peak demand; `kubelet`: with the kubelet's status updates of every bound pod (see the
+    module docstring)."""
     catalog = catalog or Catalog.builtin()
     plan, peaks = _planned(events, clusters, start_ms, catalog, max_pods)
     rng = random.Random(f"workloadmap-sim:{seed}:scheduling")
-    state = {name: _Cluster(name, i, _pool_sizes(nodes_per_cluster, peaks[name]), rng, start_ms)
+    state = {name: _Cluster(name, i, _pool_sizes(nodes_per_cluster, peaks[name]), rng, start_ms, kubelet)
              for i, name in enumerate(clusters)}
     heap: list = []
     order = 0
@@ -386,11 +426,12 @@ def scheduling(events: Iterable, *, clusters: list[str], start_ms: int, days: fl
 
 
 def simulate_clusters(clusters: int = 3, workloads: int = 200, days: float = 7, seed=7,
-                      start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int | None = None) -> Iterator[dict]:
+                      start: str = "2026-11-01T00:00:00Z", nodes_per_cluster: int | None = None,
+                      kubelet: bool = False) -> Iterator[dict]:
     """``simulating.simulate``'s workloads with their owners, pods and the clusters' nodes: raw events in time
     order (the embedded demo's stream)."""
     from .simulating import cluster_names, simulate
 
     return scheduling(simulate(clusters, workloads, days, seed, start), clusters=cluster_names(clusters),
                       start_ms=int(records.parse_time(start).timestamp() * 1000), days=days, seed=seed,
-                      nodes_per_cluster=nodes_per_cluster)
+                      nodes_per_cluster=nodes_per_cluster, kubelet=kubelet)

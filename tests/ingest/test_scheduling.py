@@ -147,3 +147,63 @@ def test_without_a_node_count_each_gpu_pool_holds_nine_tenths_of_its_clusters_pe
     assert peak and set(peak) <= set(nodes), "every GPU resource a pod asks for is offered by a pool"
     for key, most in peak.items():
         assert nodes[key] == max(1, -(-0.9 * most // per_node[key])), key
+
+
+@pytest.fixture(scope="module")
+def kubelet_stream():
+    workloads = list(simulate(clusters=2, workloads=30, days=2, seed=5))
+    return list(scheduling(workloads, clusters=CLUSTERS[:2], start_ms=START, days=2, seed=5, nodes_per_cluster=40,
+                           kubelet=True))
+
+
+def _life(event) -> tuple:
+    """What a pod event shows of a pod's life: (type, phase, on a node, Ready, deletion asked)."""
+    obj = event["object"]
+    ready = next((c["status"] for c in obj["status"].get("conditions", ()) if c["type"] == "Ready"), None)
+    return (event["type"], obj["status"]["phase"], bool(obj["spec"].get("nodeName")), ready,
+            "deletionTimestamp" in obj["metadata"])
+
+
+def test_with_the_kubelet_a_bound_pod_goes_through_the_kubelets_updates_in_order(kubelet_stream):
+    by_pod = collections.defaultdict(list)
+    for e in kubelet_stream:
+        if e["object"]["kind"] == "Pod" and e["object"]["metadata"].get("ownerReferences"):
+            by_pod[e["object"]["metadata"]["uid"]].append(e)
+    # a kubelet's sequence (kubernetes.io pod lifecycle): bound by the scheduler, containers created
+    # (Pending, not ready), Running not ready, Ready; ended by its phase; deletion asked, then gone
+    started = [("ADDED", "Pending", False, None, False), ("MODIFIED", "Pending", True, None, False),
+               ("MODIFIED", "Pending", True, "False", False), ("MODIFIED", "Running", True, "False", False),
+               ("MODIFIED", "Running", True, "True", False)]
+    lived = [events for events in by_pod.values() if len(events) == 8]
+    assert lived, "no pod went through a whole life"
+    for events in lived:
+        assert [_life(e) for e in events[:5]] == started
+        phase = events[5]["object"]["status"]["phase"]
+        assert phase in ("Succeeded", "Failed")
+        assert [_life(e) for e in events[5:]] == [("MODIFIED", phase, True, None, False),
+                                                  ("MODIFIED", phase, True, None, True),
+                                                  ("DELETED", phase, True, None, True)]
+    for events in by_pod.values():
+        versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+        assert versions == sorted(versions) and len(set(versions)) == len(versions)
+        assert [e["observedAt"] for e in events] == sorted(e["observedAt"] for e in events)
+
+
+def test_the_kubelets_updates_make_no_pod_record(kubelet_stream):
+    from workloadmap.processors.processing import MemoryStates, Processor
+    from workloadmap.ingest.publishing import event_key
+
+    processor, states = Processor(), MemoryStates()
+    recorded, updates = set(), set()
+    for e in kubelet_stream:
+        out = processor.process(event_key(e), records.encode(e), states)
+        for _, value in out.pods:
+            record = records.decode(value)
+            recorded.add((record["cluster"], record["uid"], record["resourceVersion"]))
+        meta = e["object"]["metadata"]
+        if e["object"]["kind"] != "Pod" or not meta.get("ownerReferences"):
+            continue   # (a bare Pod workload of the simulator is an example object, not a scheduled pod)
+        life = _life(e)
+        if life[3] is not None or (life[4] and life[0] == "MODIFIED"):   # Ready set, or the deletion asked
+            updates.add((e["cluster"], meta["uid"], meta["resourceVersion"]))
+    assert updates and not updates & recorded
