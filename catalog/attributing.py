@@ -236,6 +236,8 @@ def _amounts(values, field: str, gpus: GpuMatcher) -> dict:
             milli[name] = milli_value(value)
         except QuantityError as exc:
             raise MalformedObject(f"{field}[{name!r}]", str(exc)) from None
+        if milli[name] < 0:   # a node offering -8 GPUs would make idle and capacity negative
+            raise MalformedObject(f"{field}[{name!r}]", f"{value!r} is negative (a node's amounts must not be)")
     return to_resources(milli, gpus).to_dict()
 
 

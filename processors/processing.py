@@ -130,10 +130,13 @@ def _parse(value: bytes) -> dict:
         raise Rejected(records.MISSING_FIELDS, "object lacks apiVersion, kind or metadata")
     if not isinstance(meta, dict):
         raise Rejected(records.WRONG_TYPES, "object.metadata must be a JSON object")
-    if not meta.get("uid"):
-        raise Rejected(records.MISSING_FIELDS, "object.metadata lacks uid")
-    if not isinstance(meta["uid"], str):
-        raise Rejected(records.WRONG_TYPES, "object.metadata.uid must be a string")
+    if not meta.get("uid") or not isinstance(meta["uid"], str):
+        # named as far as it can be: the uid is what every later stage keys the object by
+        what = "/".join(str(meta.get(k))[:120] for k in ("namespace", "name") if meta.get(k) is not None)
+        what = f"{str(obj['kind'])[:60]} {event['cluster']}/{what or '(no name)'}"
+        if not meta.get("uid"):
+            raise Rejected(records.MISSING_FIELDS, f"{what}: object.metadata lacks uid")
+        raise Rejected(records.WRONG_TYPES, f"{what}: object.metadata.uid must be a string")
     observed = event.get("observedAt")
     if not isinstance(observed, str):
         raise Rejected(records.MISSING_FIELDS if observed is None else records.WRONG_TYPES,

@@ -219,7 +219,12 @@ def test_an_adopted_workload_ends_and_its_owner_takes_its_pods():
     ({**pod(), "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}}, "spec.containers[0].resources.requests[cpu] 'lots' is not a"),
     ({**pod(), "spec": {"containers": "c"}}, "spec.containers must be a list"),
     ({**pod(), "metadata": {"uid": "p1", "name": "x"}}, "metadata.namespace must be a non-empty string"),
+    (pod(gpus=-2), "spec.containers[0].resources.limits[nvidia.com/gpu] '-2' is negative"),
+    ({**pod(), "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "12Qi"}}}]}},
+     "spec.containers[0].resources.requests[memory] '12Qi' is not a Kubernetes quantity"),
     (node(gpus="eight"), "status.allocatable['nvidia.com/gpu']"),
+    (node(gpus="-8"), "status.allocatable['nvidia.com/gpu'] '-8' is negative"),
+    ({**node(), "status": {"capacity": {"cpu": "-1"}}}, "status.capacity['cpu'] '-1' is negative"),
     ({**node(), "spec": {"unschedulable": "yes"}}, "spec.unschedulable must be a boolean"),
 ])
 def test_a_malformed_pod_or_node_is_a_dead_letter_naming_it_and_the_stream_goes_on(obj, field):
@@ -228,6 +233,20 @@ def test_a_malformed_pod_or_node_is_a_dead_letter_naming_it_and_the_stream_goes_
     kind = obj["kind"].lower()
     assert letter["reason"] == f"malformed-{kind}" and letter["stage"] == "processor"
     assert letter["detail"].startswith(f"{kind} c1/") and field in letter["detail"], letter["detail"]
+    (fine,), letters = run.feed(event(pod(uid="p2"), "2026-12-01T00:00:01Z", "ADDED"))
+    assert letters == [] and fine["uid"] == "p2"
+
+
+@pytest.mark.parametrize("obj, named", [
+    ({**pod(), "metadata": {"name": "x", "namespace": "ml", "resourceVersion": "3"}}, "Pod c1/ml/x"),
+    ({**node(), "metadata": {"name": "n2", "resourceVersion": "3"}}, "Node c1/n2"),
+])
+def test_a_pod_or_node_without_a_uid_is_a_dead_letter_naming_it(obj, named):
+    """The uid keys a pod's (node's) state and intervals: without it the event is refused, naming the
+    object it came from, and the next one goes through."""
+    run = Run()
+    _, (letter,) = run.feed(event(obj, "2026-12-01T00:00:00Z", "ADDED"))
+    assert (letter["reason"], letter["detail"]) == (records.MISSING_FIELDS, f"{named}: object.metadata lacks uid")
     (fine,), letters = run.feed(event(pod(uid="p2"), "2026-12-01T00:00:01Z", "ADDED"))
     assert letters == [] and fine["uid"] == "p2"
 
