@@ -28,18 +28,19 @@ def example(kind: str, name: str | None = None) -> dict:
     raise KeyError(f"no bundled example of kind {kind!r}" + (f" named {name!r}" if name else ""))
 
 
-def plural_path(obj: dict, namespace: str) -> str:
-    """The collection path of an object's kind (plurals as the test CRDs and core API define them)."""
+def plural_path(obj: dict, namespace: str | None) -> str:
+    """The collection path of an object's kind (plurals as the test CRDs and core API define them); a
+    cluster-scoped kind's (a Node's) with namespace None."""
     group_version = obj["apiVersion"]
     plural = PLURALS[obj["kind"], group_version.rpartition("/")[0]]
     base = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
-    return f"{base}/namespaces/{namespace}/{plural}"
+    return f"{base}/{plural}" if namespace is None else f"{base}/namespaces/{namespace}/{plural}"
 
 
 JOB_LABELS = ("controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name")
 
 PLURALS = {
-    ("Pod", ""): "pods", ("Deployment", "apps"): "deployments", ("StatefulSet", "apps"): "statefulsets",
+    ("Pod", ""): "pods", ("Node", ""): "nodes", ("Deployment", "apps"): "deployments", ("StatefulSet", "apps"): "statefulsets",
     ("Job", "batch"): "jobs", ("CronJob", "batch"): "cronjobs", ("JobSet", "jobset.x-k8s.io"): "jobsets",
     ("PyTorchJob", "kubeflow.org"): "pytorchjobs", ("MPIJob", "kubeflow.org"): "mpijobs",
     ("RayCluster", "ray.io"): "rayclusters", ("RayJob", "ray.io"): "rayjobs", ("RayService", "ray.io"): "rayservices",
@@ -100,17 +101,19 @@ def set_status(kube, obj: dict, status: dict) -> dict:
 
 
 def update(kube, obj: dict, change) -> dict:
-    """GET the object, apply `change(obj)` to it, PUT it back (the spec: scale, suspend, ...)."""
+    """GET the object, apply `change(obj)` to it, PUT it back (the spec: scale, suspend, a cordon, ...)."""
     meta = obj["metadata"]
-    path = f"{plural_path(obj, meta['namespace'])}/{meta['name']}"
+    path = f"{plural_path(obj, meta.get('namespace'))}/{meta['name']}"
     current = kube.request("GET", path)
     change(current)
     return kube.request("PUT", path, current)
 
 
 def delete(kube, obj: dict) -> None:
+    """Delete at once: grace period 0, as a kubelet confirms a pod's end (no kubelet runs here, so a bound
+    pod's graceful deletion would only set its deletionTimestamp)."""
     meta = obj["metadata"]
-    kube.request("DELETE", f"{plural_path(obj, meta['namespace'])}/{meta['name']}")
+    kube.request("DELETE", f"{plural_path(obj, meta.get('namespace'))}/{meta['name']}?gracePeriodSeconds=0")
 
 
 # A definition for any kind whose objects carry `spec.replicas` and `spec.template` (a PodTemplateSpec):

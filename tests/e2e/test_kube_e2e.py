@@ -11,10 +11,12 @@ stopped (published after its relist on restart).
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
 
 import pytest
@@ -218,3 +220,71 @@ def test_embedded_watchers_write_the_warehouse_without_a_broker(kube_cluster, tm
 
 def catalog_status(obj: dict) -> str:
     return Catalog.builtin().resolve(obj).status
+
+
+def test_pods_and_nodes_deleted_while_the_watcher_was_away_end_their_intervals(kafka_broker, kube_cluster, tmp_path):
+    """Issue 25: a node lost with its pod, a bound pod and a pending one deleted while no watcher ran; on
+    restart the relist publishes their tombstones and the warehouse closes their intervals (after the
+    watcher stopped); what stayed keeps its one open interval (the relist's unchanged objects add none)."""
+    kube = kube_cluster
+    ns = k.namespace(kube, "away")
+    nodes = {n: k.node(kube, f"{ns}-{n}") for n in ("n1", "n2")}
+    pods = {}
+    for name, node in (("p1", "n1"), ("p2", "n1"), ("p3", "n2"), ("p4", None)):
+        pods[name] = k.create_pod(kube, k.pod(name, gpus=2), ns)
+        if node:
+            pods[name] = k.bind(kube, pods[name], f"{ns}-{node}")
+    p = Pipeline(kafka_broker.bootstrap_servers, tmp_path)
+    watchers = Watchers(p, [f"lab={kube.kubeconfig}"], tmp_path / "checkpoints")
+
+    def intervals():
+        """pod or node name -> [(state, node, open?)] of this test's objects, in time order."""
+        rows = p.warehouse_rows(f"""
+            SELECT name, state, node, valid_to IS NULL, valid_to FROM pod_intervals WHERE cluster = 'lab' AND namespace = '{ns}'
+            UNION ALL
+            SELECT name, 'Node', NULL, valid_to IS NULL, valid_to FROM node_intervals
+            WHERE cluster = 'lab' AND starts_with(name, '{ns}-')
+            ORDER BY 1, 5 NULLS LAST""") or []
+        out = {}
+        for name, state, node, is_open, _ in rows:
+            out.setdefault(name.removeprefix(f"{ns}-"), []).append((state, node and node.removeprefix(f"{ns}-"), is_open))
+        return out
+
+    def wait_intervals(expected: dict):
+        deadline = time.time() + 120
+        got = None
+        while time.time() < deadline:
+            assert watchers.proc.poll() is None, p.log("watchers")
+            got = intervals()
+            if got == expected:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{got}\nexpected {expected}\n--- watchers\n{p.log('watchers')}"
+                             f"\n--- processors\n{p.log('processors')}\n--- warehouse\n{p.log('warehouse')}")
+    try:
+        p.start("processors")
+        p.start("warehouse")
+        watchers.start()
+        watchers.wait_listed(1)
+        wait_intervals({"n1": [("Node", None, True)], "n2": [("Node", None, True)],
+                        "p1": [("Bound", "n1", True)], "p2": [("Bound", "n1", True)],
+                        "p3": [("Bound", "n2", True)], "p4": [("Pending", None, True)]})
+        watchers.stop()
+        stopped = time.time()
+        for obj in (pods["p1"], pods["p3"], nodes["n2"], pods["p4"]):
+            k.delete(kube, obj)
+        watchers.start()
+        wait_intervals({"n1": [("Node", None, True)], "n2": [("Node", None, False)],
+                        "p1": [("Bound", "n1", False)], "p2": [("Bound", "n1", True)],
+                        "p3": [("Bound", "n2", False)], "p4": [("Pending", None, False)]})
+        # closed by the relist's tombstones (observed after the stop), not at some earlier event
+        ends = p.warehouse_rows(f"""
+            SELECT epoch(valid_to) FROM pod_intervals WHERE namespace = '{ns}' AND valid_to IS NOT NULL
+            UNION ALL SELECT epoch(valid_to) FROM node_intervals WHERE starts_with(name, '{ns}-') AND valid_to IS NOT NULL""")
+        assert len(ends) == 4 and all(end >= stopped - 1 for (end,) in ends), (ends, stopped)
+        versions = Counter((m.key, json.loads(m.value)["resourceVersion"])
+                           for topic in ("pods", "nodes") for m in p.topic_messages(topic))
+        assert max(versions.values()) == 1, "no pod or node record twice"
+    finally:
+        watchers.kill()
+        p.close()

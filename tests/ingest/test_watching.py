@@ -185,23 +185,65 @@ def test_restarted_watcher_publishes_what_vanished_while_it_was_away(kube_cluste
         assert e["object"]["apiVersion"] == "ray.io/v1"
 
 
-def test_expired_watch_relists_without_loss_and_survives_an_apiserver_restart(kube_cluster, ns):
-    """410 Gone after compaction + apiserver restart: the watcher relists and misses nothing."""
+class Kind410:
+    """The objects of one kind the 410 test makes, changes and deletes (a workload kind, pods, nodes)."""
+
+    def __init__(self, kube, kind: str, ns: str):
+        self.kube, self.kind, self.ns = kube, kind, ns
+        self.group, self.version = {"MPIJob": ("kubeflow.org", "v1"), "Pod": ("", "v1"), "Node": ("", "v1")}[kind]
+        self.prefix = f"{ns}-" if kind == "Node" else ""   # nodes have no namespace: names of the test's own
+
+    def create(self, name: str) -> dict:
+        name = self.prefix + name
+        if self.kind == "MPIJob":
+            return k.create(self.kube, k.example("MPIJob", "pi"), self.ns, name=name)
+        if self.kind == "Pod":
+            return k.create_pod(self.kube, k.pod(name, gpus=1), self.ns)
+        return k.node(self.kube, name)
+
+    def change(self, obj: dict) -> dict:
+        """What a controller, the scheduler or an operator does to it: scale, bind, cordon."""
+        if self.kind == "MPIJob":
+            return k.update(self.kube, obj, lambda o: o["spec"]["mpiReplicaSpecs"]["Worker"].update(replicas=3))
+        if self.kind == "Pod":
+            return k.bind(self.kube, obj, f"{self.ns}-node")
+        return k.update(self.kube, obj, lambda o: o["spec"].update(unschedulable=True))
+
+    def seen(self, recorder: Recorder) -> list[tuple[str, str, str]]:
+        """(type, kind, name without the prefix) of the test's own objects, in the order published."""
+        with recorder.lock:
+            return [(e["type"], e["object"]["kind"], e["object"]["metadata"]["name"][len(self.prefix):])
+                    for e in recorder.events if e["object"]["kind"] == self.kind
+                    and (e["object"]["metadata"].get("namespace") == self.ns if self.kind != "Node"
+                         else e["object"]["metadata"]["name"].startswith(self.prefix))]
+
+    def versions(self, recorder: Recorder) -> list[tuple[str, str]]:
+        with recorder.lock:
+            return [(e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"])
+                    for e in recorder.events if e["object"]["kind"] == self.kind
+                    and e["object"]["metadata"]["name"].startswith(self.prefix)
+                    and e["object"]["metadata"].get("namespace") in (None, self.ns)]
+
+
+@pytest.mark.parametrize("kind", ["MPIJob", "Pod", "Node"])
+def test_expired_watch_relists_without_loss_and_survives_an_apiserver_restart(kube_cluster, ns, kind):
+    """410 Gone after compaction + apiserver restart: the watcher relists and misses nothing (a workload
+    kind, pods and nodes alike: issue 25), and publishes no version of an object twice."""
+    objects = Kind410(kube_cluster, kind, ns)
     cluster = cluster_of(kube_cluster)
-    resource = discover(cluster).for_definition("kubeflow.org", "v1", "MPIJob")
+    resource = discover(cluster).for_definition(objects.group, objects.version, kind)
     recorder = Recorder()
     stop = threading.Event()
     watcher = KindWatcher(cluster, resource, recorder.publish, stop, watch_timeout=5,
                           backoff=Backoff(0.1, 0.5))
-    first = k.create(kube_cluster, k.example("MPIJob", "pi"), ns)
-    second = k.create(kube_cluster, k.example("MPIJob", "nccl-allreduce"), ns)
+    first, second = objects.create("first"), objects.create("second")
     watcher.relist()
     listed_at = watcher.resource_version
-    assert ("ADDED", "MPIJob", "pi") in recorder.of(ns)
+    assert ("ADDED", kind, "first") in objects.seen(recorder)
     # changes the watcher does not see, then its resourceVersion is compacted away
     k.delete(kube_cluster, first)
-    k.update(kube_cluster, second, lambda o: o["spec"]["mpiReplicaSpecs"]["Worker"].update(replicas=3))
-    k.create(kube_cluster, k.example("MPIJob", "osu-latency"), ns)
+    objects.change(second)
+    objects.create("third")
     kube_cluster.compact()
     kube_cluster.kill()
     kube_cluster.restart()
@@ -209,19 +251,21 @@ def test_expired_watch_relists_without_loss_and_survives_an_apiserver_restart(ku
     thread.start()
     try:
         wait_for(lambda: watcher.counts["gone"] >= 1 and watcher.counts["relists"] >= 2, what="a 410 and a relist")
-        wait_for(lambda: ("ADDED", "MPIJob", "osu-latency") in recorder.of(ns), what="the relist's events")
+        wait_for(lambda: ("ADDED", kind, "third") in objects.seen(recorder), what="the relist's events")
         assert int(watcher.resource_version) > int(listed_at)
-        after = recorder.of(ns)[2:]
-        assert ("DELETED", "MPIJob", "pi") in after
-        assert ("MODIFIED", "MPIJob", "nccl-allreduce") in after
+        after = objects.seen(recorder)[2:]
+        assert ("DELETED", kind, "first") in after
+        assert ("MODIFIED", kind, "second") in after
         # and it goes on watching after the recovery
-        k.create(kube_cluster, k.example("MPIJob", "horovod-mnist"), ns)
-        wait_for(lambda: ("ADDED", "MPIJob", "horovod-mnist") in recorder.of(ns), what="a new object after recovery")
+        objects.create("fourth")
+        wait_for(lambda: ("ADDED", kind, "fourth") in objects.seen(recorder), what="a new object after recovery")
     finally:
         stop.set()
         watcher.interrupt()
         thread.join(10)
     assert not thread.is_alive()
+    versions = objects.versions(recorder)
+    assert len(versions) == len(set(versions)), f"a version published twice: {versions}"
 
 
 def test_watcher_backs_off_while_the_apiserver_is_down_and_recovers(kube_cluster, ns):
