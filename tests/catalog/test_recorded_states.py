@@ -44,6 +44,13 @@ def _sandbox(obj, case):
         c["reason"] = reasons[c["type"]]
 
 
+def _llminferenceservice(obj, case):
+    for c in obj["status"]["conditions"]:
+        if c["status"] == "False":
+            c["reason"] = case["reason"]
+    obj["status"]["conditions"].append({"type": case["condition"], "status": "False", "reason": case["reason"]})
+
+
 # how a case's keys change the base object, per class
 CHANGES = {
     "rayjob-job-ended-while-deployment-running": lambda obj, case: obj["status"].update(jobStatus=case["jobStatus"]),
@@ -56,6 +63,7 @@ CHANGES = {
     "statefulset-scaling-down": lambda obj, case: obj["status"].update(readyReplicas=case["readyReplicas"]),
     "resume-not-acted-on": lambda obj, case: None,
     "sandbox-pod-ended-by-suspend": _sandbox,
+    "llminferenceservice-waits": _llminferenceservice,
 }
 
 
