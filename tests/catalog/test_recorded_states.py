@@ -64,6 +64,7 @@ CHANGES = {
     "resume-not-acted-on": lambda obj, case: None,
     "sandbox-pod-ended-by-suspend": _sandbox,
     "llminferenceservice-waits": _llminferenceservice,
+    "nimservice-pvc-created": lambda obj, case: obj.update(status=case["status"]),
 }
 
 
