@@ -303,11 +303,12 @@ def demo_summary(pipeline) -> list:
         capacity.add_column(col, justify="left" if col == "CLUSTER" else "right")
     for row in pipeline.query("demand_by_cluster").rows:
         capacity.add_row(row[0], str(row[1]), *(f"{v or 0:g}" for v in row[2:]))
-    usage = Table(title="GPU-hours while Running or Degraded, by framework", box=None, header_style="bold")
-    usage.add_column("FRAMEWORK")
-    usage.add_column("GPU-HOURS", justify="right")
-    for framework, gpu_hours in pipeline.query("gpu_hours_by_framework").rows:
-        usage.add_row(framework, f"{gpu_hours:,.1f}")
+    usage = Table(title="GPU-hours by framework: held by bound pods, asked for while Running or Degraded",
+                  box=None, header_style="bold")
+    for col in ("FRAMEWORK", "ALLOCATED", "REQUESTED"):
+        usage.add_column(col, justify="left" if col == "FRAMEWORK" else "right")
+    for framework, allocated, requested in pipeline.query("gpu_hours_by_framework").rows:
+        usage.add_row(framework, f"{allocated:,.1f}", f"{requested:,.1f}")
     return [capacity, usage, *allocation_summary(pipeline)]
 
 

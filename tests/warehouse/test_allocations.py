@@ -230,3 +230,24 @@ def test_the_deletion_after_a_pod_succeeded_changes_nothing_and_adds_no_second_k
     assert wh.cursor().execute("SELECT count(*) FROM ended_pods").fetchone() == (1,)
     assert pod_rows(wh) == [("p1", "Bound", "n1", "wl-1", "worker", 1.0, t("2026-11-01T10:00:00Z"),
                              t("2026-11-01T11:00:00Z"))]
+
+
+def test_gpu_hours_by_framework_are_the_bound_pods_beside_the_specs_while_running(wh):
+    """The demo's second table.  Requested: the lifecycle's Running intervals, 09:05-10:00 at 32 GPUs and
+    10:00-12:00 at 48 = 29.33 + 96 = 125.3 GPU-hours.  Allocated, up to the last workload state (13:00): a
+    Kubeflow pod bound 09:10-12:00 with 8 GPUs = 22.7; one that only pended = 0; a Ray pod bound from 11:00
+    and still open = 2 h x 2 = 4.0; a Ray pod bound after 13:00 counts nothing."""
+    from tests.warehouse.workload_records import lifecycle
+    from workloadmap.warehouse.querying import run_query
+
+    wh.write(lifecycle())
+    kubeflow = dict(workload=("PyTorchJob", "train", "uid-1"), framework="Kubeflow Training")
+    ray = dict(workload=("RayCluster", "ray", "uid-2"), framework="Ray")
+    wh.write(pods=[pod("p1", "2025-06-03T09:06:00Z", "Pending", gpu=8, **kubeflow),
+                   pod("p1", "2025-06-03T09:10:00Z", "Bound", node="n1", gpu=8, **kubeflow),
+                   pod("p1", "2025-06-03T12:00:00Z", "Terminated", node="n1", gpu=8, **kubeflow),
+                   pod("p2", "2025-06-03T09:06:00Z", "Pending", gpu=8, **kubeflow),
+                   pod("r1", "2025-06-03T11:00:00Z", "Bound", node="n2", gpu=2, **ray),
+                   pod("r2", "2025-06-03T13:30:00Z", "Bound", node="n2", gpu=2, **ray)])
+    assert run_query(wh.cursor(), "gpu_hours_by_framework").rows == [
+        ("Kubeflow Training", 22.7, 125.3), ("Ray", 4.0, 0.0)]
