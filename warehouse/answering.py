@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import capacities, costing
+from .pricing import Pricing
 from .querying import QueryError, run_query
 from .values import jsonable, number, parse_instant, parse_step
 
@@ -164,15 +165,18 @@ def _instant_or_unix(text: str) -> dt.datetime:
     return parse_instant(text)
 
 
-def read_cost(conn, params: dict, now: dt.datetime) -> dict:
-    """GPU-hours, CPU core-hours and memory GiB-hours (no prices: the writer's pricing file is not
-    this read's) over an OpenCost-style ``window``, per ``aggregate`` dimensions and ``step``."""
+def read_cost(conn, params: dict, now: dt.datetime, pricing: Pricing | None = None) -> dict:
+    """GPU-hours, CPU core-hours and memory GiB-hours over an OpenCost-style ``window``, per
+    ``aggregate`` dimensions and ``step``, priced with the pricing file the writer was given (as
+    ``cost --pricing``: a dashboard asks what the GPUs cost, not only how long they ran; without
+    one, hours and ``currency`` null)."""
     since, until = _parsed(params, "window", lambda t: parse_window(t, now), (now - _DAY, now))
     by = tuple(_list(params, "aggregate") or ["cluster"])
     step = _parsed(params, "step", parse_step)
     basis = _one(params, "basis", costing.DEFAULT_BASIS)
     try:
-        report = costing.cost_report(conn, since, until, by=by, step=step, basis=basis, **_filters(params))
+        report = costing.cost_report(conn, since, until, by=by, step=step, basis=basis, pricing=pricing,
+                                     **_filters(params))
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     limit = _limit(params, MAX_ROWS)
@@ -186,9 +190,13 @@ def read_cost(conn, params: dict, now: dt.datetime) -> dict:
         item.update(gpu_hours=number(r["gpu_hours"]), cpu_core_hours=number(r["cpu_core_hours"]),
                     memory_gib_hours=number(r["memory_gib_hours"]),
                     gpu_hours_by_resource={k: number(v) for k, v in dict(r["gpu_hours_by_resource"]).items()})
+        if pricing is not None:
+            costs = [r["gpu_cost"], r["cpu_cost"], r["memory_cost"]]
+            item.update(gpu_cost=number(costs[0]), cpu_cost=number(costs[1]), memory_cost=number(costs[2]),
+                        total_cost=number(sum(c for c in costs if c is not None)))
         items.append(item)
     return {"window": {"start": jsonable(since), "end": jsonable(until)}, "aggregate": list(by),
-            "step": _one(params, "step"), "basis": basis, "items": items,
+            "step": _one(params, "step"), "basis": basis, "currency": report.currency, "items": items,
             "truncated": report.table.num_rows > limit}
 
 
@@ -283,7 +291,7 @@ class ReadServer:
         timer = threading.Timer(QUERY_TIMEOUT_S, cursor.interrupt)
         timer.start()
         try:
-            return run(cursor)
+            return run(cursor, warehouse)
         except BadRequest as exc:
             return _json(400, {"error": str(exc)})
         except Exception as exc:  # the writer goes on whatever one read does
@@ -364,18 +372,19 @@ class ReadServer:
 
 
 def _route(server: ReadServer, path: str, params: dict):
-    """The read a path names, as a callable(conn) -> (status, body); None for an unknown path."""
+    """The read a path names, as a callable(conn, warehouse) -> (status, body); None for an unknown path.
+    Costs are priced with the writer's own pricing (``Warehouse.pricing``), as its kept cost rows are."""
     now = server.clock()
     if path == "/api/v1/capacity":
-        return lambda conn: _json(200, read_capacity(conn, params, now))
+        return lambda conn, _: _json(200, read_capacity(conn, params, now))
     if path == "/api/v1/cost":
-        return lambda conn: _json(200, read_cost(conn, params, now))
+        return lambda conn, warehouse: _json(200, read_cost(conn, params, now, warehouse.pricing))
     parts = path.split("/")
     if len(parts) == 8 and parts[:4] == ["", "api", "v1", "workloads"] and all(parts[4:]):
         cluster, namespace, kind, name = (unquote(p) for p in parts[4:])
         namespace = None if namespace == "_" else namespace
 
-        def workload(conn):
+        def workload(conn, _):
             found = read_workload(conn, cluster, namespace, kind, name, params)
             if found is None:
                 return _json(404, {"error": f"no workload {kind}/{name} in namespace {namespace or '(none)'} "

@@ -30,9 +30,9 @@ NOW = DAY + timedelta(hours=6)
 class Writer:
     """The writer's thread: writes handed to it, and the reads answered between them."""
 
-    def __init__(self, path, server: ReadServer):
+    def __init__(self, path, server: ReadServer, pricing=None):
         self.server, self.todo, self.stop = server, queue.Queue(), threading.Event()
-        self.warehouse = Warehouse(path)
+        self.warehouse = Warehouse(path, pricing=pricing)
         self.longest_answer = 0.0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -106,10 +106,30 @@ def test_cost_over_an_opencost_window_aggregated_by_cluster(served):
     # a: train Running 01-05 x 8 = 32, serve Running/Degraded 02-06 x 4 = 16
     # b: infer Running 03:30-06 x 2 = 5, big Running 01:30-02:30 x 16 + 02:30-04:30 x 32 = 80
     assert hours == {"a": 48, "b": 85}
+    assert body["currency"] is None and "gpu_cost" not in body["items"][0]   # the writer has no pricing
     assert body["window"] == {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T06:00:00Z"}
     # unless asked, what the pods held: none here
     status, body = get(f"{base}/api/v1/cost?window=2026-11-01T00:00:00Z,2026-11-01T06:00:00Z&aggregate=cluster")
     assert (status, body["basis"], body["items"]) == (200, "allocated", [])
+
+
+def test_cost_is_priced_with_the_writers_pricing(tmp_path):
+    """The writer's pricing prices the served costs: 2.00 EUR per nvidia.com/gpu-hour, nothing for CPU or
+    memory (0), so a's 48 GPU-hours cost 96 and b's 85 cost 170 (the hours of the test above)."""
+    from workloadmap.warehouse.pricing import parse_pricing
+
+    path = build(tmp_path / "wh.duckdb")
+    server = ReadServer(("127.0.0.1", 0), clock=lambda: NOW)
+    writer = Writer(path, server, pricing=parse_pricing({"currency": "EUR", "default": {"gpu": {"nvidia.com/gpu": 2.0}}}))
+    try:
+        status, body = get(f"http://127.0.0.1:{server.port}/api/v1/cost?window=2026-11-01T00:00:00Z,"
+                           "2026-11-01T06:00:00Z&aggregate=cluster&basis=requested")
+    finally:
+        writer.close()
+        server.close()
+    assert status == 200 and body["currency"] == "EUR"
+    costs = {i["cluster"]: (i["gpu_cost"], i["cpu_cost"], i["memory_cost"], i["total_cost"]) for i in body["items"]}
+    assert costs == {"a": (96, 0, 0, 96), "b": (170, 0, 0, 170)}   # no CPU or memory rate: not costed
 
 
 def test_cost_in_steps_splits_the_window(served):
