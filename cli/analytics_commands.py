@@ -203,14 +203,19 @@ def _emit_allocation(output, items, dims, at, since, step):
     shown = [("workload" if d == "workload" else d) for d in dims]
     if since is None:
         when = "now" if at is None else f"at {jsonable(at)}"
-        columns = [f"{c}_gpus" for c in capacities.ALLOCATION_COLUMNS]
+        # pods bound to nodes no node record has: a column only when there are some (JSON always has it)
+        unknown = (capacities.UNKNOWN_NODE,) if any(i[f"{capacities.UNKNOWN_NODE}_gpus"] for i in items) else ()
+        names = [*capacities.ALLOCATION_COLUMNS[:4], *unknown, *capacities.ALLOCATION_COLUMNS[4:]]
         title = f"GPUs {when}: capacity, allocation, idle, pending" + (f", by {', '.join(dims)}" if dims else "")
         emit(output, items, table=lambda items: simple_table(
-            [{**i, **{c[:-5]: i[c] for c in columns}} for i in items],
-            shown + ["nodes", *capacities.ALLOCATION_COLUMNS, "bound_pods", "pending_pods"], title,
-            right={"nodes", *capacities.ALLOCATION_COLUMNS, "bound_pods", "pending_pods"}))
+            [{**i, **{c: i[f"{c}_gpus"] for c in names}} for i in items],
+            shown + ["nodes", *names, "bound_pods", "pending_pods"], title,
+            right={"nodes", *names, "bound_pods", "pending_pods"}))
     else:
-        columns = ["avg_allocatable", "avg_allocated", "avg_idle", "avg_pending", "peak_allocated", "peak_pending"]
+        unknown = [f"avg_{capacities.UNKNOWN_NODE}"] if any(
+            i[f"avg_{capacities.UNKNOWN_NODE}_gpus"] for i in items) else []
+        columns = ["avg_allocatable", "avg_allocated", *unknown, "avg_idle", "avg_pending", "peak_allocated",
+                   "peak_pending"]
         emit(output, items, table=lambda items: simple_table(
             [{**i, **{c: i[f"{c}_gpus"] for c in columns}} for i in items], ["start", *dims, *columns],
             f"GPUs per {step}: allocatable, allocated, idle, pending", right=set(columns)))

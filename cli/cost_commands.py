@@ -112,7 +112,7 @@ def idle_item(row: costing.IdleRow) -> dict:
     item = {"periodStart": iso(row.period_start), "periodEnd": iso(row.period_end), "cluster": row.cluster,
             "nodePool": row.node_pool, "resource": row.resource,
             "allocatableGpuHours": _r(row.allocatable_gpu_hours), "allocatedGpuHours": _r(row.allocated_gpu_hours),
-            "idleGpuHours": _r(row.idle_gpu_hours)}
+            "idleGpuHours": _r(row.idle_gpu_hours), "unknownNodeGpuHours": _r(row.unknown_node_gpu_hours)}
     if row.idle_cost is not None:
         item.update(idleCost=_r(row.idle_cost, 2), unpricedIdleGpuHours=_r(row.unpriced_hours))
     return item
@@ -128,8 +128,12 @@ def _idle_table(rows: list[costing.IdleRow], since, until, by, currency):
         for d in by:
             t.add_column(LABELS[d])
         t.add_column("GPU resource")
+        # pods bound to nodes no node record had: a column only when there are some
+        unknown = any(r.unknown_node_gpu_hours for r in rows)
         for name in ("Allocatable GPU-h", "Allocated GPU-h", "Idle GPU-h", "Idle %"):
             t.add_column(name, justify="right")
+        if unknown:
+            t.add_column("On unknown nodes GPU-h", justify="right")
         if currency:
             t.add_column(f"Idle cost {currency}", justify="right")
         for r in rows:
@@ -137,7 +141,7 @@ def _idle_table(rows: list[costing.IdleRow], since, until, by, currency):
             cells += [str(getattr(r, d) or "-") for d in by] + [r.resource]
             share = r.idle_gpu_hours / r.allocatable_gpu_hours * 100 if r.allocatable_gpu_hours else 0.0
             cells += [f"{r.allocatable_gpu_hours:,.1f}", f"{r.allocated_gpu_hours:,.1f}", f"{r.idle_gpu_hours:,.1f}",
-                      f"{share:,.0f}%"]
+                      f"{share:,.0f}%"] + ([f"{r.unknown_node_gpu_hours:,.1f}"] if unknown else [])
             if currency:
                 cells.append("-" if r.idle_cost is None else f"{r.idle_cost:,.2f}")
             t.add_row(*cells)

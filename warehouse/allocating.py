@@ -272,9 +272,10 @@ _POD_CURRENT_COLUMNS = POD_COLUMNS.replace("valid_to, ", "") + ", observed_at, v
 _NODE_CURRENT_COLUMNS = NODE_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key, deleted"
 _OBS_POS = operator.itemgetter(_P_OBS)
 # The closed intervals' GPU-seconds per UTC day, added to daily_allocation (the idle report reads it for
-# whole days instead of every closed interval: queries/idle_cost.sql); the node pool is the node's then.
+# whole days instead of every closed interval: queries/idle_cost.sql); split by the node intervals the
+# writer has (the batch's node records are applied first: writing.py), in their pools.
 _KEEP_DAILY = ("INSERT INTO daily_allocation " + DAILY_ALLOCATION_OF.format(source="wm_alloc_closed")
-               + " ON CONFLICT (day, cluster, node_pool, resource) DO UPDATE "
+               + " ON CONFLICT (day, cluster, node_pool, known_node, resource) DO UPDATE "
                  "SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds")
 
 

@@ -141,6 +141,10 @@ def top_item(row: dict) -> dict:
 ALLOCATION_DIMENSIONS = ("cluster", "gpu_product", "node_pool", "node", "namespace", "framework", "workload")
 ALLOCATION_SERIES_DIMENSIONS = ("cluster", "gpu_product", "node_pool", "namespace", "framework")
 ALLOCATION_COLUMNS = ("allocatable", "schedulable", "unschedulable", "allocated", "idle", "pending", "requested")
+# GPUs of the Bound pods on nodes no node record has (allocation.sql): apart from allocated and idle;
+# an item has it after allocated
+UNKNOWN_NODE = "unknown_node_allocated"
+_ITEM_COLUMNS = (*ALLOCATION_COLUMNS[:4], UNKNOWN_NODE, *ALLOCATION_COLUMNS[4:])
 WAIT_DIMENSIONS = ("cluster", "namespace", "framework", "workload")
 
 
@@ -154,10 +158,11 @@ def _group(row: dict, by) -> dict:
 
 def allocation_item(row: dict, by) -> dict:
     """A row of ``allocation``: the group, its nodes, and the GPUs allocatable, schedulable, unschedulable,
-    allocated, idle (None for pod-side groups), pending and requested, with the pods bound and pending."""
+    allocated, idle (None for pod-side groups), pending and requested, with the pods bound and pending;
+    and the GPUs allocated on unknown nodes (pods bound to a node no node record has), kept apart."""
     item = _group(row, by)
     item["nodes"] = row["nodes"]
-    for c in ALLOCATION_COLUMNS:
+    for c in _ITEM_COLUMNS:
         item[f"{c}_gpus"] = number(row[c]) if row[c] is not None else None
     item.update(bound_pods=row["bound_pods"], pending_pods=row["pending_pods"], workloads=row["workloads"])
     return item
@@ -167,7 +172,7 @@ def allocation_series_item(row: dict, by, step: str) -> dict:
     """A row of ``allocation_series``: one step of one group, averages and peaks."""
     item = {"start": jsonable(row["step_start"]), "end": jsonable(row["step_end"]), "step": step}
     item.update({d: row[d] for d in by})
-    for c in ("allocatable", "allocated", "idle", "pending"):
+    for c in ("allocatable", "allocated", UNKNOWN_NODE, "idle", "pending"):
         item[f"avg_{c}_gpus"] = None if row[f"avg_{c}"] is None else number(row[f"avg_{c}"])
     for c in ("allocatable", "allocated", "pending"):
         item[f"peak_{c}_gpus"] = number(row[f"peak_{c}"])

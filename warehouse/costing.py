@@ -239,6 +239,7 @@ class IdleRow:
     allocatable_gpu_hours: float
     allocated_gpu_hours: float
     idle_gpu_hours: float
+    unknown_node_gpu_hours: float  # held by pods on nodes no node record had then: not in allocated nor idle
     idle_cost: float | None  # None: no pricing file
     unpriced_hours: float | None  # idle hours no rule priced (None: no pricing file)
 

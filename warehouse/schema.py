@@ -348,9 +348,9 @@ MIGRATIONS += (
     )),
 )
 
-# A pod interval's GPU-seconds per UTC day (days from floor(from / 86400) to ceil(to / 86400) - 1),
-# per GPU resource, with its node's pool ('' when unknown): the rows daily_allocation keeps.
-DAILY_ALLOCATION_OF = """
+# Version 11's daily_allocation rows of a pod interval (kept as it was: the migration's own text): its
+# GPU-seconds per UTC day and GPU resource, in its node's latest pool.
+_DAILY_ALLOCATION_V11 = """
 SELECT (to_timestamp(d * 86400) AT TIME ZONE 'UTC')::DATE AS day, p.cluster, coalesce(n.node_pool, '') AS node_pool,
        resource, sum((least(t, (d + 1) * 86400) - greatest(f, d * 86400)) * count) AS gpu_seconds
 FROM (SELECT cluster, node, epoch(valid_from) AS f, epoch(valid_to) AS t,
@@ -373,6 +373,51 @@ MIGRATIONS += (
     resource         VARCHAR NOT NULL,
     gpu_seconds      DOUBLE NOT NULL,
     PRIMARY KEY (day, cluster, node_pool, resource)
+)""",
+        "INSERT INTO daily_allocation " + _DAILY_ALLOCATION_V11.format(source="pod_history"),
+    )),
+)
+
+# A closed pod interval's GPU-seconds per UTC day (days from floor(from / 86400) to ceil(to / 86400) - 1)
+# and GPU resource, the rows daily_allocation keeps: each overlap with one of its node's intervals in
+# that node interval's pool (the labels valid then; '' when it has none), and the rest (no node record
+# had its node then: never seen, or deleted before the pod ended) apart, known_node false and pool ''.
+# The rest is the whole interval less the overlaps (a node's intervals never overlap one another).
+DAILY_ALLOCATION_OF = """
+SELECT (to_timestamp(d * 86400) AT TIME ZONE 'UTC')::DATE AS day, cluster, node_pool, known_node, resource,
+       sum(w * (least(t, (d + 1) * 86400) - greatest(f, d * 86400)) * count) AS gpu_seconds
+FROM (
+    WITH p AS (SELECT cluster, node, epoch(valid_from) AS f, epoch(valid_to) AS t,
+                      unnest(map_keys(gpu_resources)) AS resource, unnest(map_values(gpu_resources)) AS count
+               FROM {source} WHERE state = 'Bound' AND gpus > 0 AND valid_to > valid_from),
+    pieces AS (SELECT * FROM (SELECT p.cluster, coalesce(n.node_pool, '') AS node_pool, greatest(p.f, epoch(n.valid_from)) AS f,
+                                     least(p.t, coalesce(epoch(n.valid_to), p.t)) AS t, p.resource, p.count
+                              FROM p JOIN node_intervals n ON n.cluster = p.cluster AND n.name = p.node)
+               WHERE t > f)
+    SELECT cluster, node_pool, true AS known_node, 1 AS w, f, t, resource, count FROM pieces
+    UNION ALL
+    SELECT cluster, '', false, 1, f, t, resource, count FROM p
+    UNION ALL
+    SELECT cluster, '', false, -1, f, t, resource, count FROM pieces
+), range(floor(f / 86400)::BIGINT, ceil(t / 86400)::BIGINT) r(d)
+GROUP BY ALL
+HAVING known_node OR abs(sum(w * (least(t, (d + 1) * 86400) - greatest(f, d * 86400)) * count)) > 1e-6
+"""
+
+MIGRATIONS += (
+    # Idle counted a pod on a node no node record had against its cluster's allocatable (idle went
+    # negative) and gave a pod's hours its node's latest pool: the daily rows split each closed pod
+    # interval by its node's intervals instead (DAILY_ALLOCATION_OF), the rest kept apart.
+    Migration(12, "daily_allocation by the node intervals: pools of the time, known_node", (
+        "DROP TABLE daily_allocation",
+        """CREATE TABLE daily_allocation (
+    day              DATE NOT NULL,
+    cluster          VARCHAR NOT NULL,
+    node_pool        VARCHAR NOT NULL,
+    known_node       BOOLEAN NOT NULL,
+    resource         VARCHAR NOT NULL,
+    gpu_seconds      DOUBLE NOT NULL,
+    PRIMARY KEY (day, cluster, node_pool, known_node, resource)
 )""",
         "INSERT INTO daily_allocation " + DAILY_ALLOCATION_OF.format(source="pod_history"),
     )),

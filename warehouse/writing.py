@@ -423,10 +423,11 @@ class Warehouse:
                     for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
                                  "wm_intervals", "wm_current", "wm_deleted"):
                         conn.unregister(name)
-            if pod_rows:
-                result.pods, result.pod_duplicates = self._allocations.apply_pods(conn, pod_rows)
+            # nodes first: the pod intervals a batch closes are split by their nodes' intervals (allocating.py)
             if node_rows:
                 result.nodes, result.node_duplicates = self._allocations.apply_nodes(conn, node_rows)
+            if pod_rows:
+                result.pods, result.pod_duplicates = self._allocations.apply_pods(conn, pod_rows)
             if transition_rows:
                 cols = _columns(transition_rows, _TRANSITION_SCHEMA)
                 cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())

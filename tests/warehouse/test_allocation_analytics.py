@@ -210,7 +210,7 @@ def test_cli_capacity_allocation_wait_and_cost(path, tmp_path):
     assert "GPUs now: capacity, allocation, idle, pending, by cluster, node_pool" in table
     csv_lines = invoke(path, "capacity", "--allocation", "--by", "node_pool", "-o", "csv").output.splitlines()
     assert csv_lines[0].startswith("node_pool,nodes,allocatable_gpus,schedulable_gpus,unschedulable_gpus")
-    assert "mig,1,7,7,0,2,5,0,0,1,0,0" in csv_lines and not any(l.startswith("gpu-b") for l in csv_lines)  # n2 lost
+    assert "mig,1,7,7,0,2,0,5,0,0,1,0,0" in csv_lines and not any(l.startswith("gpu-b") for l in csv_lines)  # n2 lost
     products = json.loads(invoke(path, "capacity", "--allocation", "--by", "gpu_product", "-o", "json").output)
     assert {i["gpu_product"]: i["allocatable_gpus"] for i in products["items"]} == {
         "NVIDIA-H100-80GB-HBM3": 8, "NVIDIA-A100-SXM4-80GB": 7, None: 0}

@@ -7,9 +7,13 @@
 --   allocatable    the nodes' status.allocatable (cordoned and not-ready nodes included)
 --   schedulable    allocatable of the nodes Ready and not cordoned
 --   unschedulable  allocatable of the cordoned nodes (spec.unschedulable)
---   allocated      the requests of the pods bound to a node (state Bound), on it
---   idle           allocatable - allocated; only for groups of node-side columns (cluster,
---                  gpu_product, node_pool, node): a namespace has no nodes of its own
+--   allocated      the requests of the pods bound to a node (state Bound), on it, if a node record
+--                  has the node then
+--   unknown_node_allocated  the requests of the Bound pods on a node no node record has then (its
+--                  events missing, or it was deleted): apart, never against a node's allocatable
+--   idle           allocatable - allocated (never negative for want of a node: see above); only for
+--                  groups of node-side columns (cluster, gpu_product, node_pool, node): a namespace
+--                  has no nodes of its own
 --   pending        the requests of the pods waiting for a node (state Pending)
 --   requested      what the live workloads ask for (their records' total.gpu) while they want to
 --                  run: Running, Degraded, Initializing, Resuming, Suspended, Suspending
@@ -52,16 +56,19 @@ facts AS (
            1 AS nodes, gpus AS allocatable,
            CASE WHEN NOT unschedulable AND coalesce(ready, true) THEN gpus ELSE 0 END AS schedulable,
            CASE WHEN unschedulable THEN gpus ELSE 0 END AS unschedulable,
-           0.0 AS allocated, 0.0 AS pending, 0.0 AS requested, 0 AS bound_pods, 0 AS pending_pods, 0 AS workloads
+           0.0 AS allocated, 0.0 AS unknown_node_allocated, 0.0 AS pending, 0.0 AS requested, 0 AS bound_pods,
+           0 AS pending_pods, 0 AS workloads
     FROM nodes
     UNION ALL
     SELECT p.cluster, n.gpu_product, n.node_pool, p.node, p.namespace, p.framework,
            p.workload_kind, p.workload_name, p.workload_uid, 0, 0.0, 0.0, 0.0,
-           CASE WHEN p.state = 'Bound' THEN p.gpus ELSE 0 END, CASE WHEN p.state = 'Pending' THEN p.gpus ELSE 0 END,
+           CASE WHEN p.state = 'Bound' AND n.name IS NOT NULL THEN p.gpus ELSE 0 END,
+           CASE WHEN p.state = 'Bound' AND n.name IS NULL THEN p.gpus ELSE 0 END,
+           CASE WHEN p.state = 'Pending' THEN p.gpus ELSE 0 END,
            0.0, (p.state = 'Bound')::INTEGER, (p.state = 'Pending')::INTEGER, 0
     FROM pods p LEFT JOIN nodes n ON n.cluster = p.cluster AND n.name = p.node
     UNION ALL
-    SELECT cluster, NULL, NULL, NULL, namespace, framework, kind, name, uid, 0, 0.0, 0.0, 0.0, 0.0, 0.0, gpus, 0, 0, 1
+    SELECT cluster, NULL, NULL, NULL, namespace, framework, kind, name, uid, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, gpus, 0, 0, 1
     FROM workloads
     WHERE status IN ('Running', 'Degraded', 'Initializing', 'Resuming', 'Suspended', 'Suspending')
 ),
@@ -85,7 +92,7 @@ SELECT
     CASE WHEN list_contains(coalesce($by, []), 'workload') THEN uid END AS uid,
     sum(nodes)::BIGINT AS nodes,
     sum(allocatable) AS allocatable, sum(schedulable) AS schedulable, sum(unschedulable) AS unschedulable,
-    sum(allocated) AS allocated,
+    sum(allocated) AS allocated, sum(unknown_node_allocated) AS unknown_node_allocated,
     CASE WHEN NOT list_has_any(coalesce($by, []), ['namespace', 'framework', 'workload'])
          THEN sum(allocatable) - sum(allocated) END AS idle,
     sum(pending) AS pending, sum(requested) AS requested,
