@@ -203,11 +203,17 @@ def class_of(e: ast.expr) -> ast.Attribute:
 
 
 def truthy(e: ast.expr) -> ast.expr:
-    """jq truthiness of a *simple* expression (a name or a constant): not null and not false."""
+    """jq truthiness of a *simple* expression (a name or a constant): not null and not false.
+    A constant's is decided here (`0 is not None` would be an identity test on a literal,
+    which Python warns about)."""
+    if isinstance(e, ast.Constant):
+        return const(e.value is not None and e.value is not False)
     return ast.BoolOp(op=ast.And(), values=[is_not(e, const(None)), is_not(e, const(False))])
 
 
 def falsy(e: ast.expr) -> ast.expr:
+    if isinstance(e, ast.Constant):
+        return const(e.value is None or e.value is False)
     return ast.BoolOp(op=ast.Or(), values=[is_(e, const(None)), is_(e, const(False))])
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import warnings
 from pathlib import Path
 
 import pytest
@@ -215,6 +216,34 @@ def test_generated_programs_compute_what_the_closures_compute(source, value):
         return
     assert expected == ("ok", got), source
     assert repr(expected[1]) == repr(got), source   # 1 and 1.0, True and 1 told apart
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    # jq's truthiness: everything but null and false is true, 0 and "" included (jq manual, "if-then-else")
+    ("select(0)", [{"a": 0}]),
+    ("if 0 then 1 else 2 end", [1]),
+    ('if "" then 1 end', [1]),
+    ('"" // 1', [""]),
+    ("null // 1", [1]),
+    ("0 and .a", [True]),
+    ("0 and null", [False]),
+    ('"x" or .a', [True]),
+    ("false or 0", [True]),
+    ("[.a, 3] | map(select(1))", [[0, 3]]),
+])
+def test_literals_tested_for_truth_compile_without_a_python_warning(source, expected):
+    """A literal's truthiness is decided while generating: `0 is not None` in generated code
+    would be an identity test on a literal, which Python's compiler warns about (SyntaxWarning)
+    each time a definition is compiled."""
+    program = jq_compile(source)
+    namespace: dict = {}
+    gen = Generator(namespace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code = gen.program(program)
+        result = code.value if not code.one else ast.List(elts=[code.value], ctx=ast.Load())
+        fn = build_function("program", ["obj"], gen.prologue() + code.stmts + [ast.Return(value=result)], namespace)
+    assert fn({"a": 0}) == expected == program.outputs({"a": 0})
 
 
 # -- generated definitions ------------------------------------------------------------------------
