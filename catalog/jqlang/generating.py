@@ -217,6 +217,28 @@ def falsy(e: ast.expr) -> ast.expr:
     return ast.BoolOp(op=ast.Or(), values=[is_(e, const(None)), is_(e, const(False))])
 
 
+def _iterated(e: ast.expr) -> ast.expr:
+    """`.[]`'s items of a simple expression: a list is its own items; the rest by the call."""
+    if not isinstance(e, ast.Name):
+        return call("_iterate", e)
+    return ast.IfExp(test=is_(class_of(e), name("list")), body=e, orelse=call("_iterate", e))
+
+
+def _fast_add(a: ast.Name, b: ast.Name) -> ast.expr:
+    """`a + b` of two names: two ints and two objects (merged, the right one's keys winning, in
+    the order `dict.update` gives) inline, the rest by jq_add."""
+    def both(cls):
+        return ast.BoolOp(op=ast.And(), values=[is_(class_of(a), name(cls)), is_(class_of(b), name(cls))])
+    merged = ast.Dict(keys=[None, None], values=[a, b])
+    return ast.IfExp(test=both("int"), body=ast.BinOp(left=a, op=ast.Add(), right=b), orelse=ast.IfExp(
+        test=both("dict"), body=merged, orelse=call("_add", a, b)))
+
+
+def _assign_all(targets: list[str], value: ast.expr) -> ast.Assign:
+    """`a = b = c = value`."""
+    return ast.Assign(targets=[store(t) for t in targets], value=value, lineno=0)
+
+
 def if_(test: ast.expr, body: list, orelse: list | None = None) -> ast.If:
     return ast.If(test=test, body=body or [ast.Pass()], orelse=orelse or [])
 
@@ -476,14 +498,28 @@ class Generator:
     def prologue(self) -> list:
         """Statements reading every collected root path once, parents first, and marking
         every shared sub-expression as not computed yet."""
-        out = [assign(m, name("_UNSET")) for m in self.memos.values()]
-        for chain in sorted(self.paths, key=len):
-            parent = name(self.root) if len(chain) == 1 else name(self.paths[chain[:-1]])
-            key = const(chain[-1])
-            out.append(assign(self.paths[chain], ast.IfExp(
-                test=is_(class_of(parent), name("dict")), body=method(parent, "get", key),
-                orelse=call("_get", parent, key))))
-        return out
+        out = [_assign_all(list(self.memos.values()), name("_UNSET"))] if self.memos else []
+        children: dict[tuple, list] = {}
+        for chain in self.paths:
+            children.setdefault(chain[:-1], []).append(chain)
+        return out + self._read_paths((), name(self.root), children)
+
+    def _read_paths(self, chain: tuple, parent: ast.expr, children: dict) -> list:
+        """The reads of the paths under `chain` (held in `parent`), grouped by parent: one type
+        test per parent, and every path under a missing (null) parent is null without a read
+        (a Milvus lists a dozen components, most of them absent).  A parent that is neither an
+        object nor null bails, as reading a key of it (`_get`) would."""
+        kids = sorted(children.get(chain, ()))
+        if not kids:
+            return []
+        reads: list = []
+        for kid in kids:
+            reads.append(assign(self.paths[kid], method(parent, "get", const(kid[-1]))))
+        for kid in kids:
+            reads += self._read_paths(kid, name(self.paths[kid]), children)
+        below = [self.paths[p] for p in sorted(self.paths) if len(p) > len(chain) and p[:len(chain)] == chain]
+        return [if_(is_(class_of(parent), name("dict")), reads,
+                    [if_(is_(parent, const(None)), [_assign_all(below, const(None))], [raise_bail()])])]
 
     def _root_path(self, node, inp: ast.expr):
         """The hoisted local of `.a.b.c` on the root input, or None."""
@@ -546,8 +582,10 @@ class Generator:
         base = self._simple(stmts, self.value(node[1], inp, scope, stmts))
         if node[2][0] == "lit" and isinstance(node[2][1], str):
             key = const(node[2][1])
-            return ast.IfExp(test=is_(class_of(base), name("dict")), body=method(base, "get", key),
-                             orelse=call("_index", base, key))
+            other = call("_index", base, key)
+            if not isinstance(base, ast.Constant):   # `.key` of null is null, without a call
+                other = ast.IfExp(test=is_(base, const(None)), body=const(None), orelse=other)
+            return ast.IfExp(test=is_(class_of(base), name("dict")), body=method(base, "get", key), orelse=other)
         key = self.value(node[2], inp, scope, stmts)
         return call("_index", base, key)
 
@@ -601,6 +639,8 @@ class Generator:
         right = self._simple(stmts, self.value(node[3], inp, scope, stmts))
         left = self._simple(stmts, self.value(node[2], inp, scope, stmts))
         if op in _ARITH:
+            if op == "+" and isinstance(left, ast.Name) and isinstance(right, ast.Name):
+                return _fast_add(left, right)
             return call(_ARITH[op], left, right)
         lit = right if isinstance(right, ast.Constant) else left if isinstance(left, ast.Constant) else None
         other = left if lit is right else right
@@ -619,8 +659,16 @@ class Generator:
         if lit is not None and isinstance(lit.value, (int, float)) and not isinstance(lit.value, bool) \
                 and not (isinstance(lit.value, float) and math.isnan(lit.value)):
             # numbers compare as numbers; anything else by jq's ordering
+            # (an int inline; a float, rarer, by the same ordering through the call)
             num = ast.Compare(left=left, ops=[_PY_COMPARE[op]()], comparators=[right])
-            return ast.IfExp(test=call("_is_number", other), body=num, orelse=call(_COMPARE[op], left, right))
+            return ast.IfExp(test=is_(class_of(other), name("int")), body=num, orelse=call(_COMPARE[op], left, right))
+        if lit is None:
+            # two strings or two ints: jq orders them as Python does (values.compare)
+            same = ast.BoolOp(op=ast.Or(), values=[
+                ast.BoolOp(op=ast.And(), values=[is_(class_of(left), name("str")), is_(class_of(right), name("str"))]),
+                ast.BoolOp(op=ast.And(), values=[is_(class_of(left), name("int")), is_(class_of(right), name("int"))])])
+            return ast.IfExp(test=same, body=ast.Compare(left=left, ops=[_PY_COMPARE[op]()], comparators=[right]),
+                             orelse=call(_COMPARE[op], left, right))
         return call(_COMPARE[op], left, right)
 
     def v_array(self, node, inp, scope, stmts):
@@ -670,6 +718,9 @@ class Generator:
         key = (fname, len(args))
         if key in VALUE_FUNCTIONS:
             vals = [self._simple(stmts, self.value(a, inp, scope, stmts)) for a in args]
+            if key == ("length", 0) and isinstance(inp, ast.Name):
+                return ast.IfExp(test=is_(class_of(inp), name("list")), body=call("len", inp),
+                                 orelse=call("_f_length_0", inp))
             return call(f"_f_{fname}_{len(args)}", inp, *vals)
         if key == ("test", 2):
             vals = [self._simple(stmts, self.value(a, inp, scope, stmts)) for a in args]
@@ -679,7 +730,7 @@ class Generator:
             stmts.append(assign(out, ast.List(elts=[], ctx=ast.Load())))
             body = self._tick(const(1)) + self.each(
                 args[0], name(item), scope, lambda v: [ast.Expr(value=method(name(out), "append", v))])
-            stmts.append(for_(item, call("_iterate", inp), body))
+            stmts.append(for_(item, _iterated(inp), body))
             return name(out)
         if key == ("with_entries", 1):
             entries, mapped, item = self.tmp("l"), self.tmp("a"), self.tmp("i")
@@ -699,7 +750,7 @@ class Generator:
             ok = self._simple(body, self.value(args[0], name(item), scope, body))
             hit = self.truthy(ok) if is_any else self.falsy(ok)
             body.append(if_(hit, [assign(out, const(is_any)), ast.Break()]))
-            stmts.append(for_(item, call("_iterate", inp), body))
+            stmts.append(for_(item, _iterated(inp), body))
             return name(out)
         raise Unsupported(f"{fname}/{len(args)}")
 
@@ -758,7 +809,7 @@ class Generator:
     def g_iter(self, node, inp, scope, emit):
         def over(base):
             items, item = self.tmp("l"), self.tmp("i")
-            return [assign(items, call("_iterate", base))] + \
+            return [assign(items, _iterated(base))] + \
                 self._tick(ast.BinOp(left=call("len", name(items)), op=ast.Add(), right=const(1))) + \
                 [for_(item, name(items), emit(name(item)))]
         return self.each(node[1], inp, scope, self._bound(over))
@@ -874,6 +925,6 @@ def build_function(fn_name: str, args: list[str], body: list, namespace: dict):
     ast.fix_missing_locations(module)
     code = compile(module, f"<workloadmap generated {fn_name}>", "exec")
     scope = dict(namespace)
-    scope["__builtins__"] = {"len": len, "dict": dict, "float": float, "list": list, "str": str, "zip": zip}
+    scope["__builtins__"] = {"len": len, "dict": dict, "float": float, "int": int, "list": list, "str": str, "zip": zip}
     exec(code, scope)  # noqa: S102 - code built from our own AST nodes, never from text
     return scope[fn_name]
