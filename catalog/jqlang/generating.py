@@ -163,6 +163,7 @@ _COMPARE = {"==": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=":
 _PY_COMPARE = {"==": ast.Eq, "!=": ast.NotEq, "<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}
 _MISSING = object()
 RUNTIME["_MISSING"] = _MISSING
+RUNTIME["_JqRuntimeError"] = JqRuntimeError
 
 
 # -- small AST builders (our own code shapes only; values enter as constants) -------------------
@@ -641,6 +642,11 @@ class Generator:
         if op in _ARITH:
             if op == "+" and isinstance(left, ast.Name) and isinstance(right, ast.Name):
                 return _fast_add(left, right)
+            if op == "+" and {left.__class__, right.__class__} == {ast.Name, ast.Constant}:
+                n, c = (left, right) if isinstance(left, ast.Name) else (right, left)
+                if c.value.__class__ is int:   # `. + 1`: an int inline
+                    return ast.IfExp(test=is_(class_of(n), name("int")), body=ast.BinOp(left=left, op=ast.Add(),
+                                     right=right), orelse=call("_add", left, right))
             return call(_ARITH[op], left, right)
         lit = right if isinstance(right, ast.Constant) else left if isinstance(left, ast.Constant) else None
         other = left if lit is right else right
@@ -858,6 +864,35 @@ class Generator:
         if (fname, len(args)) == ("select", 1):
             return self.each(args[0], inp, scope, lambda c: [if_(self.truthy(c), emit(inp))])
         raise Unsupported(f"generator {fname}/{len(args)}")
+
+    def g_try(self, node, inp, scope, emit):
+        """`try f`, `f?`, `try f catch g` of a one-output `f`: its value, or on a jq error
+        (JqRuntimeError, as the closures catch) nothing, or `g`'s outputs on the error's value.
+        Only `f`'s own code is inside the Python `try`: what follows runs outside it, as
+        the closures' consumer runs outside theirs; our bails and limits are never caught."""
+        body, handler = node[1], node[2]
+        if not self.is_one(body):
+            raise Unsupported("try of a generator")
+
+        def build(e):
+            t = self.tmp()
+            guarded: list = []
+            v = self.value(body, inp, scope, guarded)
+            if self.is_bool(v):
+                self.bools.add(t)
+            guarded.append(assign(t, v))
+            if handler is None:
+                caught: list = [ast.Pass()]
+                err = None
+            else:
+                err = self.tmp("e")
+                value = self.tmp("v")
+                caught = [assign(value, ast.Attribute(value=name(err), attr="value", ctx=ast.Load()))] + \
+                    self.each(handler, name(value), scope, e)
+            return [ast.Try(body=guarded, handlers=[ast.ExceptHandler(type=name("_JqRuntimeError"), name=err,
+                                                                      body=caught or [ast.Pass()])],
+                            orelse=e(name(t)), finalbody=[])]
+        return self._shared(emit, build) if handler is not None else build(emit)
 
     def g_as(self, node, inp, scope, emit):
         def body(v):

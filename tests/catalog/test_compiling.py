@@ -172,6 +172,9 @@ def _programs():
             st.builds(lambda a, b: f"({a}) | test({b})", inner, st.sampled_from(['"^R"', '"a"', '"x"'])),
             st.builds(lambda a, b: f"({a}) | startswith({b})", inner, st.sampled_from(['"R"', '"a"'])),
             st.builds(lambda a: f"({a}) | split(\"-\")", inner),
+            st.builds(lambda a: f"({a}) | tonumber?", inner),
+            st.builds(lambda a, b: f"({a})? // ({b})", inner, inner),
+            st.builds(lambda a, b: f"try ({a}) catch ({b})", inner, inner),
         )
     return st.recursive(ATOMS, extend, max_leaves=6)
 
