@@ -154,33 +154,50 @@ def _pod_spec(s, m):
 
 def fragment_template(got: dict):
     """A pod template (or None) from the values of a fragmented pod spec's paths, by field;
-    TypeError when the containers are not a list."""
-    containers = got.get("containers")
+    TypeError when the containers are not a list.  (Once per component of every object of a
+    fragmented definition, a Milvus's dozen: plain statements, no comprehension frames.)"""
+    for v in got.values():
+        if v is not None:
+            break
+    else:
+        return None   # nothing given (a component the object does not deploy)
+    get = got.get
+    containers = get("containers")
     if containers is not None and not isinstance(containers, list):
         raise TypeError(f"containers must be a list, got {type(containers).__name__}")
-    if containers is None and got.get("container") is not None:
-        containers = [got["container"]]
-    if containers is None and (got.get("resources") is not None or got.get("image") is not None):
-        containers = [{"name": "main"}]
-    containers = [dict(c) if isinstance(c, dict) else c for c in containers or []]
-    if containers and isinstance(containers[0], dict):
-        if got.get("resources") is not None:
-            containers[0]["resources"] = got["resources"]
-        if got.get("image") is not None:
-            containers[0]["image"] = got["image"]
-    pod_spec = {"containers": containers}
-    if got.get("schedulerName") is not None:
-        pod_spec["schedulerName"] = got["schedulerName"]
-    if got.get("priorityClassName") is not None:
-        pod_spec["priorityClassName"] = got["priorityClassName"]
-    if got.get("resourceClaims") is not None:
-        pod_spec["resourceClaims"] = got["resourceClaims"]
-    affinity = {k: got[k] for k in ("podAffinity", "nodeAffinity") if got.get(k) is not None}
-    if affinity:
-        pod_spec["affinity"] = affinity
-    metadata = {k: got[k] for k in ("labels", "annotations") if isinstance(got.get(k), dict)}
-    has_any = any(v is not None for v in got.values())
-    return {"metadata": metadata, "spec": pod_spec} if has_any else None
+    resources, image = get("resources"), get("image")
+    if containers is None:
+        if get("container") is not None:
+            containers = [got["container"]]
+        elif resources is not None or image is not None:
+            containers = [{"name": "main"}]
+    if containers:
+        containers = [dict(c) if isinstance(c, dict) else c for c in containers]   # ours to complete
+        first = containers[0]
+        if isinstance(first, dict):
+            if resources is not None:
+                first["resources"] = resources
+            if image is not None:
+                first["image"] = image
+    pod_spec = {"containers": containers or []}
+    for key in ("schedulerName", "priorityClassName", "resourceClaims"):
+        value = get(key)
+        if value is not None:
+            pod_spec[key] = value
+    pod_affinity, node_affinity = get("podAffinity"), get("nodeAffinity")
+    if pod_affinity is not None or node_affinity is not None:
+        affinity = pod_spec["affinity"] = {}
+        if pod_affinity is not None:
+            affinity["podAffinity"] = pod_affinity
+        if node_affinity is not None:
+            affinity["nodeAffinity"] = node_affinity
+    metadata = {}
+    labels, annotations = get("labels"), get("annotations")
+    if isinstance(labels, dict):
+        metadata["labels"] = labels
+    if isinstance(annotations, dict):
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod_spec}
 
 
 class _Shape:

@@ -130,50 +130,9 @@ def _add_into(acc: dict, req: dict):
 
 
 def effective_request(spec, gpus: GpuMatcher = DEFAULT_GPUS, where: str = "spec") -> Resources:
-    """The scheduler's view of one pod spec's requests.
-
-    Most pod specs are plain: containers whose requests and limits are maps of quantity
-    strings, no init containers, no pod-level resources.  Those are summed directly (every
-    event pays this once per component); anything else, or anything wrong, takes the
-    careful path below, which names the container and field of an error."""
-    if spec.__class__ is dict and "initContainers" not in spec and "resources" not in spec \
-            and "overhead" not in spec:
-        containers = spec.get("containers")
-        if containers.__class__ is list:
-            try:
-                return to_resources(_plain_containers(containers), gpus)
-            except Exception:  # noqa: BLE001 - the careful path decides, and names the error
-                pass
-    return _effective_request(spec, gpus, where)
-
-
-def _plain_containers(containers: list) -> dict:
-    total: dict = {}
-    for c in containers:
-        if c.__class__ is not dict:
-            raise ValueError
-        res = c.get("resources")
-        if res is None:
-            continue
-        limits = res.get("limits") or {}
-        requests = res.get("requests") or {}
-        if limits.__class__ is not dict or requests.__class__ is not dict:
-            raise ValueError
-        for name, value in limits.items():
-            amount = milli_value(value)   # every limit is read, as the careful path reads it
-            if amount < 0:
-                raise ValueError   # the careful path names it
-            if name not in requests:
-                total[name] = total.get(name, 0) + amount
-        for name, value in requests.items():
-            amount = milli_value(value)
-            if amount < 0:
-                raise ValueError
-            total[name] = total.get(name, 0) + amount
-    return total
-
-
-def _effective_request(spec, gpus: GpuMatcher, where: str) -> Resources:
+    """The scheduler's view of one pod spec's requests (every event pays this once per
+    component): each container is read the quick way (_container_amounts), and only one that
+    it refuses is read again the careful way, which names the container and field of an error."""
     if spec is None:
         return Resources()
     if not isinstance(spec, dict):
@@ -184,29 +143,63 @@ def _effective_request(spec, gpus: GpuMatcher, where: str) -> Resources:
         raise RequestError(f"{where}: containers and initContainers must be lists")
     total: dict = {}
     for i, c in enumerate(containers):
-        _add_into(total, _container_request(c, f"{where}.containers[{i}]"))
-    sidecars: dict = {}
-    init_peak: dict = {}
-    for i, c in enumerate(inits):
-        req = _container_request(c, f"{where}.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":
-            _add_into(sidecars, req)
-            candidate = dict(sidecars)
-        else:
-            candidate = dict(sidecars)
-            _add_into(candidate, req)
-        for k, v in candidate.items():
-            if v > init_peak.get(k, 0):
-                init_peak[k] = v
-    _add_into(total, sidecars)
-    for k, v in init_peak.items():
-        if v > total.get(k, 0):
-            total[k] = v
-    _apply_pod_level(total, spec.get("resources"), where)
+        _add_into(total, _container_amounts(c, where, "containers", i))
+    if inits:
+        sidecars: dict = {}
+        init_peak: dict = {}
+        for i, c in enumerate(inits):
+            req = _container_amounts(c, where, "initContainers", i)
+            if c.get("restartPolicy") == "Always":
+                _add_into(sidecars, req)
+                candidate = dict(sidecars)
+            else:
+                candidate = dict(sidecars)
+                _add_into(candidate, req)
+            for k, v in candidate.items():
+                if v > init_peak.get(k, 0):
+                    init_peak[k] = v
+        _add_into(total, sidecars)
+        for k, v in init_peak.items():
+            if v > total.get(k, 0):
+                total[k] = v
+    if "resources" in spec:
+        _apply_pod_level(total, spec["resources"], where)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         _add_into(total, _milli_values(overhead, where, "overhead"))
     return to_resources(total, gpus)
+
+
+_AMOUNTS: dict[str, int] = {}   # quantity text -> milli-units, for the few texts objects repeat
+_AMOUNTS_KNOWN = 4096
+
+
+def _container_amounts(c, where: str, field: str, i: int) -> dict:
+    """A container's request per resource name in milli-units (a request, else its limit).
+    The quick reading takes plain containers (maps of valid, non-negative quantities); any
+    other is read by _container_request, which gives the same amounts or the error."""
+    try:
+        res = c.get("resources")
+        if res is None:
+            return {}
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        if limits.__class__ is not dict or requests.__class__ is not dict:
+            raise ValueError
+        out = {}
+        for amounts in (limits, requests):   # a request overrides its limit, as {**limits, **requests}
+            for name, value in amounts.items():
+                amount = _AMOUNTS.get(value) if value.__class__ is str else None
+                if amount is None:
+                    amount = milli_value(value)
+                    if amount < 0:
+                        raise ValueError
+                    if value.__class__ is str and len(_AMOUNTS) < _AMOUNTS_KNOWN:
+                        _AMOUNTS[value] = amount
+                out[name] = amount
+        return out
+    except Exception:  # noqa: BLE001 - the careful reading decides, and names the error
+        return _container_request(c, f"{where}.{field}[{i}]")
 
 
 POD_LEVEL_RESOURCES = ("cpu", "memory")

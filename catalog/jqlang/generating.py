@@ -226,13 +226,16 @@ def _iterated(e: ast.expr) -> ast.expr:
 
 
 def _fast_add(a: ast.Name, b: ast.Name) -> ast.expr:
-    """`a + b` of two names: two ints and two objects (merged, the right one's keys winning, in
-    the order `dict.update` gives) inline, the rest by jq_add."""
+    """`a + b` of two names: two ints, two objects (merged, the right one's keys winning, in
+    the order `dict.update` gives) and two lists within the size bound inline, the rest by jq_add."""
     def both(cls):
         return ast.BoolOp(op=ast.And(), values=[is_(class_of(a), name(cls)), is_(class_of(b), name(cls))])
     merged = ast.Dict(keys=[None, None], values=[a, b])
-    return ast.IfExp(test=both("int"), body=ast.BinOp(left=a, op=ast.Add(), right=b), orelse=ast.IfExp(
-        test=both("dict"), body=merged, orelse=call("_add", a, b)))
+    joined = ast.BinOp(left=a, op=ast.Add(), right=b)
+    small = ast.Compare(left=ast.BinOp(left=call("len", a), op=ast.Add(), right=call("len", b)), ops=[ast.LtE()],
+                        comparators=[const(MAX_SIZE)])
+    return ast.IfExp(test=both("int"), body=joined, orelse=ast.IfExp(test=both("dict"), body=merged, orelse=ast.IfExp(
+        test=ast.BoolOp(op=ast.And(), values=[both("list"), small]), body=joined, orelse=call("_add", a, b))))
 
 
 def _assign_all(targets: list[str], value: ast.expr) -> ast.Assign:
