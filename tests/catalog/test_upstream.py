@@ -357,3 +357,26 @@ def test_karta_export_gives_every_kind_its_group():
         kinds = [c["kind"] for c in [structure["rootComponent"], *structure.get("childComponents", [])] if "kind" in c]
         kinds += structure.get("additionalChildKinds", [])
         assert all("group" in k for k in kinds), definition.name
+
+
+def test_upstream_sandbox_with_a_companion_component_routes_the_pods_the_sandbox_owns():
+    # a version of upstream's Sandbox Karta adds `companion`: a Pod component without a pod spec
+    # whose keyPath selects the pods a Sandbox owns that lack the sandbox-name-hash label (an
+    # integration's proxy or supervisor), in the Sandbox's gang by owner uid
+    doc = yaml.safe_load((FIXTURES / "agents-x-k8s-io-sandbox-v1beta1.yaml").read_text())
+    owner_uid = '[.metadata.ownerReferences[]? | select(.kind == "Sandbox") | .uid][0]'
+    doc["spec"]["structureDefinition"]["childComponents"].append({
+        "name": "companion", "ownerRef": "sandbox", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "podSelector": {"componentTypeSelector": {
+            "keyPath": f'select(.metadata.labels["agents.x-k8s.io/sandbox-name-hash"] == null) | {owner_uid}'}}})
+    doc["spec"]["optimizationInstructions"]["gangScheduling"]["podGroups"][0]["members"].append(
+        {"componentName": "companion", "groupByKeyPaths": [owner_uid]})
+    assert _problems(doc) == []
+    definition = load_definition(doc, "file", "f.yaml")
+    owners = [{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": "code-agent", "uid": "u-1"}]
+    sandbox_pod = _pod({"agents.x-k8s.io/sandbox-name-hash": "1a2b3c4d"})
+    proxy_pod = _pod({})
+    for pod in (sandbox_pod, proxy_pod):
+        pod["metadata"]["ownerReferences"] = owners
+    assert match_pod(definition, sandbox_pod).component == "agent"
+    assert match_pod(definition, proxy_pod).component == "companion"
