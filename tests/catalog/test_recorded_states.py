@@ -38,6 +38,9 @@ def _inferenceservice(obj, case):
 
 def _sandbox(obj, case):
     obj["spec"]["operatingMode"] = case["operatingMode"]
+    if "conditions" in case:
+        obj["status"]["conditions"] = case["conditions"]
+        return
     reasons = {"Suspended": case["suspendedReason"], "Ready": case["readyReason"],
                "Finished": case.get("finishedReason", "PodFailed")}
     for c in obj["status"]["conditions"]:
@@ -65,6 +68,8 @@ CHANGES = {
     "sandbox-pod-ended-by-suspend": _sandbox,
     "llminferenceservice-waits": _llminferenceservice,
     "nimservice-pvc-created": lambda obj, case: obj.update(status=case["status"]),
+    "raycluster-suspended-state-first": lambda obj, case: obj.update(status=case["status"]),
+    "llminferenceservice-missing-preset": lambda obj, case: obj.update(status=case["status"]),
 }
 
 
