@@ -269,15 +269,18 @@ class _Builder:
         self.body: list = []
 
     def outputs(self, expr, stmts: list) -> tuple[ast.expr, bool]:
-        """(value, one): the program's single output, or the name of its output list."""
+        """(value, one): the program's single output, or the name of its output list.  A bound
+        expression (one reading a reference's variable) runs on `bound`, [object, referenced
+        objects...], as the reference evaluates it."""
+        inp = name("bound" if expr.bound else "obj")
         try:
-            code = self.gen.program(expr.program)
+            code = self.gen.program(expr.program, inp)
         except Unsupported:
             # outside what we generate: the reference program, bounds and all (errors bail)
             ref = self.gen.tmp("r")
             self.ns[ref] = expr.program
             out = self.gen.tmp("o")
-            stmts.append(assign(out, method(name(ref), "outputs", name("obj"))))
+            stmts.append(assign(out, method(name(ref), "outputs", inp)))
             return name(out), False
         stmts += code.stmts
         if code.one:
@@ -482,8 +485,9 @@ class _Builder:
 class CompiledDefinition:
     """The generated status and components functions of one definition.
 
-    `status(obj)` -> (status, statuses, phase, conditions); `components(obj, gpus)` -> views.
-    Either raises Bail for an object it leaves to the reference resolver.
+    `status(obj, bound)` -> (status, statuses, phase, conditions); `components(obj, gpus, bound)`
+    -> views; `bound` is [obj, referenced objects...] for a definition with references (else
+    None).  Either raises Bail for an object it leaves to the reference resolver.
     """
 
     __slots__ = ("status", "components")
@@ -493,26 +497,23 @@ class CompiledDefinition:
         if definition.root.status is None:
             self.status = _no_status
         else:
-            b.gen.plan(_status_programs(definition.root.status))
+            b.gen.plan(e.program for e in _status_exprs(definition.root.status) if not e.bound)
             b.body.append(ast.Return(value=b.status(definition.root.status, b.body, with_details=True)))
-            self.status = b.function(f"status_{_ident(definition.name)}", ["obj"])
+            self.status = b.function(f"status_{_ident(definition.name)}", ["obj", "bound"])
         b = _Builder()
-        b.gen.plan(p for comp in definition.components for p in component_programs(definition, comp))
+        b.gen.plan(e.program for comp in definition.components for e in component_exprs(definition, comp)
+                   if not e.bound)   # (the sub-expressions shared are those on the object itself)
         views = b.gen.tmp("views")
         b.body.append(assign(views, ast.List(elts=[], ctx=ast.Load())))
         for comp in definition.components:
             b.component(definition, comp, views, b.body)
         b.body.append(ast.Return(value=name(views)))
-        self.components = b.function(f"components_{_ident(definition.name)}", ["obj", "gpus"])
+        self.components = b.function(f"components_{_ident(definition.name)}", ["obj", "gpus", "bound"])
 
 
 def _status_exprs(sd: StatusDefinition) -> list:
     exprs = [sd.phase, sd.conditions] + [m.expression for ms in sd.mappings.values() for m in ms]
     return [e for e in exprs if e is not None]
-
-
-def _status_programs(sd: StatusDefinition):
-    return [e.program for e in _status_exprs(sd)]
 
 
 def component_exprs(definition: Definition, comp: Component) -> list:
@@ -535,7 +536,7 @@ def component_programs(definition: Definition, comp: Component) -> list:
     return [e.program for e in component_exprs(definition, comp)]
 
 
-def _no_status(obj):
+def _no_status(obj, bound):
     return "Undefined", [], None, []
 
 

@@ -173,39 +173,50 @@ class Resolver:
         an object that code leaves aside is resolved the reference way, with the same result.
 
         A definition with references reads other objects: `lookup(RelatedKey)` returns the object
-        a reference names, or None (no lookup: none is found); it is resolved the reference way."""
-        if definition.references:
-            return self.reference(obj, definition, lookup)
+        a reference names, or None (no lookup: none is found); its generated code reads them as
+        the reference does, from [object, referenced objects...]."""
         compiled = _compiled(definition)
         if compiled is None or obj.__class__ is not dict:
-            return self.reference(obj, definition)
+            return self.reference(obj, definition, lookup)
         meta = obj.get("metadata")
         if meta is None:
             meta = {}
         elif meta.__class__ is not dict:
-            return self.reference(obj, definition)
+            return self.reference(obj, definition, lookup)
         for key in ("name", "namespace", "uid", "creationTimestamp"):
             if meta.get(key).__class__ not in _TEXT:
-                return self.reference(obj, definition)
+                return self.reference(obj, definition, lookup)
         if obj.get("apiVersion", "").__class__ is not str or obj.get("kind", "").__class__ is not str:
-            return self.reference(obj, definition)
+            return self.reference(obj, definition, lookup)
+        bound = references = None
+        related_versions = ()
         try:
-            status, statuses, phase, conditions = compiled.status(obj)
-            views, total, pods = self._components(definition, obj, meta, compiled.components, self.gpus)
+            if definition.references:
+                keys = _related_keys(_Evaluation(definition, obj), definition, obj, meta)
+                related = [lookup(key) if (key is not None and lookup is not None) else None for key in keys]
+                bound = [obj, *related]
+                references = [_reference_record(ref, key, found)
+                              for ref, key, found in zip(definition.references, keys, related)]
+                related_versions = _related_versions(related)
+            status, statuses, phase, conditions = compiled.status(obj, bound)
+            views, total, pods = self._components(definition, obj, meta, compiled.components, self.gpus,
+                                                  related_versions, bound)
         except Exception:  # Bail, or anything odd: the reference decides (and names the error)
-            return self.reference(obj, definition)
-        return self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
+            return self.reference(obj, definition, lookup)
+        workload = self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
+        workload.references = references
+        return workload
 
     def _components(self, definition: Definition, obj: dict, meta: dict, compute, gpus,
-                    related: tuple | None = ()):
-        """(views, total, pods): from the cache, or `compute(obj, gpus)` and summed."""
+                    related: tuple | None = (), bound: list | None = None):
+        """(views, total, pods): from the cache, or `compute(obj, gpus, bound)` and summed."""
         key = self._cache_key(definition, obj, meta, related)
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        views = compute(obj, gpus)
+        views = compute(obj, gpus, bound)
         total = Resources()
         pods = 0
         for view in views:
@@ -278,7 +289,8 @@ class Resolver:
                           for ref, key, found in zip(definition.references, keys, related)]
         status, statuses, phase, conditions = self._status(ev, definition.root)
         views, total, pods = self._components(
-            definition, obj, meta, lambda o, gpus: [v for comp in definition.components for v in self._component(ev, comp)],
+            definition, obj, meta,
+            lambda o, gpus, bound: [v for comp in definition.components for v in self._component(ev, comp)],
             self.gpus, _related_versions(ev.bound[1:]) if ev.bound is not None else ())
         workload = self._workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods)
         workload.references = references

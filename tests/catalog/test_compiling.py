@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloadmap.catalog import Catalog, Resolver, load_definition
+from workloadmap.catalog import Catalog, ObjectIndex, Resolver, load_definition
 from workloadmap.catalog.jqlang import compile as jq_compile
 from workloadmap.catalog.jqlang import JqError
 from workloadmap.catalog.jqlang.generating import Bail, Generator, build_function
 from workloadmap.catalog.jqlang.errors import Unsupported
-from workloadmap.catalog.registry import bundled_examples
+from workloadmap.catalog.registry import bundled_examples, bundled_related
 
 CATALOG = Catalog.builtin()
 EXAMPLES = bundled_examples()
@@ -36,18 +36,18 @@ GOLDEN_PODS = [case_pod["pod"]
                for case_pod in case.get("pods") or []]
 
 
-def _outcome(fn, obj, definition):
+def _outcome(fn, obj, definition, lookup=None):
     try:
-        resolved = fn(obj, definition)
+        resolved = fn(obj, definition, lookup)
     except Exception as exc:  # noqa: BLE001 - the error itself is what is compared
         return ("error", type(exc).__name__, str(exc))
     return ("ok", resolved, resolved.to_dict())
 
 
-def _same(obj, definition, resolver=None):
+def _same(obj, definition, resolver=None, lookup=None):
     resolver = resolver or Resolver()
-    fast = _outcome(resolver.resolve, obj, definition)
-    reference = _outcome(resolver.reference, obj, definition)
+    fast = _outcome(resolver.resolve, obj, definition, lookup)
+    reference = _outcome(resolver.reference, obj, definition, lookup)
     assert fast[0] == reference[0], (fast, reference)
     if fast[0] == "ok":
         assert fast[2] == reference[2]
@@ -58,7 +58,7 @@ def _same(obj, definition, resolver=None):
 
 
 class _NoReference(Resolver):
-    def reference(self, obj, definition):
+    def reference(self, obj, definition, lookup=None):
         raise AssertionError(f"the generated code left {obj.get('kind')} {obj['metadata'].get('name')} aside")
 
 
@@ -68,14 +68,34 @@ def test_bundled_examples_resolve_identically(obj):
     assert _same(obj, definition)[0] == "ok"
 
 
-# a definition that reads other objects (references) is always resolved the reference way
-GENERATED = [o for o in EXAMPLES if not CATALOG.definition_for(o).references]
+# the objects the examples' references name (the TrainJobs' runtimes), as `resolve -f` has them
+RELATED = ObjectIndex(bundled_related())
+REFERRING = [o for o in EXAMPLES if CATALOG.definition_for(o).references]
 
 
-@pytest.mark.parametrize("obj", GENERATED, ids=[f"{o['kind']}/{o['metadata']['name']}" for o in GENERATED])
+@pytest.mark.parametrize("obj", REFERRING, ids=[f"{o['kind']}/{o['metadata']['name']}" for o in REFERRING])
+def test_examples_with_references_resolve_identically_with_their_objects_at_hand(obj):
+    assert _same(obj, CATALOG.definition_for(obj), lookup=RELATED)[0] == "ok"
+
+
+def test_the_examples_references_find_the_runtimes_at_hand():
+    """The examples name torch-distributed (a ClusterTrainingRuntime, the default kind) and
+    deepspeed-zero3 (a TrainingRuntime), both in examples/related; mnist-quick names
+    torch-distributed-gpu, which is not there (it resolves without pods)."""
+    found = {(ref["kind"], ref["objectName"]): ref["found"] for obj in REFERRING
+             for ref in Resolver().resolve(obj, CATALOG.definition_for(obj), RELATED).to_dict()["references"]}
+    assert found == {("ClusterTrainingRuntime", "torch-distributed"): True,
+                     ("TrainingRuntime", "deepspeed-zero3"): True,
+                     ("ClusterTrainingRuntime", "torch-distributed-gpu"): False}
+
+
+@pytest.mark.parametrize("obj", EXAMPLES, ids=[f"{o['kind']}/{o['metadata']['name']}" for o in EXAMPLES])
 def test_generated_code_resolves_every_example_itself(obj):
-    resolved = _NoReference().resolve(obj, CATALOG.definition_for(obj))
-    assert resolved.to_dict() == Resolver().reference(obj, CATALOG.definition_for(obj)).to_dict()
+    """References included: a definition that reads other objects reads them in its generated
+    code too, from [object, referenced objects...] as the reference evaluation does."""
+    definition = CATALOG.definition_for(obj)
+    resolved = _NoReference().resolve(obj, definition, RELATED)
+    assert resolved.to_dict() == Resolver().reference(obj, definition, RELATED).to_dict()
 
 
 def test_golden_pods_resolve_identically():
