@@ -26,7 +26,7 @@ from .outputs import emit, fail, output_option
 
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 LABELS = {"cluster": "Cluster", "namespace": "Namespace", "framework": "Framework", "workload": "Workload",
-          "node_pool": "Node pool"}
+          "role": "Role", "node_pool": "Node pool"}
 
 
 def _short(t: datetime) -> str:
@@ -94,8 +94,8 @@ def _table(report: costing.CostReport):
     return build
 
 
-CSV_COLUMNS = ("periodStart", "periodEnd", "cluster", "namespace", "framework", "workload", "uid", "gpuHours",
-               "cpuCoreHours", "memoryGiBHours", "gpuCost", "cpuCost", "memoryCost", "cost", "currency")
+CSV_COLUMNS = ("periodStart", "periodEnd", "cluster", "namespace", "framework", "workload", "uid", "role",
+               "gpuHours", "cpuCoreHours", "memoryGiBHours", "gpuCost", "cpuCost", "memoryCost", "cost", "currency")
 
 
 def csv_columns(report: costing.CostReport) -> list[str]:
@@ -169,7 +169,9 @@ def html_report(conn, report: costing.CostReport, *, options: dict, pricing_sour
     index = {p[0]: i for i, p in enumerate(periods)}
     per_value: dict[str, list[float]] = {}
     for row in series_report.rows:
-        values = per_value.setdefault(str(getattr(row, first) or "-"), [0.0] * len(periods))
+        # a role is one of its workload's: kind/name/role (the same component name is many workloads')
+        value = f"{row.workload}/{row.role}" if first == "role" else getattr(row, first)
+        values = per_value.setdefault(str(value or "-"), [0.0] * len(periods))
         values[index[row.period_start]] += row.gpu_hours
     ranked = sorted(per_value.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
     series = ranked[:cost_html.MAX_SERIES]

@@ -86,6 +86,7 @@ class CostRow:
     framework: str | None = None
     workload: str | None = None  # kind/name
     uid: str | None = None
+    role: str | None = None  # by role: the pods' component ('-' for pods of no component)
     gpu_hours: float = 0.0
     gpu_hours_by_resource: dict[str, float] = field(default_factory=dict)
     cpu_core_hours: float = 0.0
@@ -106,7 +107,8 @@ class CostReport:
     until: datetime
     step: timedelta | None
     by: tuple[str, ...]  # the dimensions asked for
-    columns: tuple[str, ...]  # the dimensions the rows carry (workload brings cluster, namespace, framework)
+    columns: tuple[str, ...]  # the dimensions the rows carry (workload brings cluster, namespace, framework;
+    #                           role brings workload)
     statuses: tuple[str, ...]
     currency: str | None  # None: no pricing file
     table: pa.Table  # the report's rows in its order (cost_report.sql's; by workload: _workload_rows)
@@ -174,10 +176,11 @@ def priced_with(pricing: Pricing | None) -> str:
 
 def row_columns(by) -> tuple[str, ...]:
     """The dimensions a row carries: those asked for, in their order; a workload brings its cluster,
-    namespace and framework (just before it, unless asked for already)."""
+    namespace and framework, a role its workload (just before it, unless asked for already)."""
     out: list[str] = []
     for d in by:
-        implied = ("cluster", "namespace", "framework", "workload") if d == "workload" else (d,)
+        implied = {"workload": ("cluster", "namespace", "framework", "workload"),
+                   "role": ("cluster", "namespace", "framework", "workload", "role")}.get(d, (d,))
         out.extend(x for x in implied if x not in out and (x == d or x not in by))
     return tuple(out)
 
@@ -188,8 +191,8 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     """Resource-hours and cost per period and group over [since, until).
 
     `by`: dimensions among DIMENSIONS, and ``role`` with the allocated basis (a workload's rows per
-    component: `workload` then reads kind/name/component) (order kept: the first one stacks the
-    HTML chart); `step`: period length (None = one period, the window);
+    role: the pod intervals' component column, in the rows' `role`) (order kept: the first one stacks
+    the HTML chart); `step`: period length (None = one period, the window);
     `as_of`: where open intervals end (default now); filters are lists or
     None.  Without `pricing` the rows carry hours and no cost.  `basis` (BASES, default DEFAULT_BASIS):
     bill what the pods hold while bound to a node (``allocated``: `statuses` do not apply;
@@ -201,8 +204,8 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     roles = "role" in by
     if roles and basis != ALLOCATED:
         raise ValueError("by role needs the allocated basis (roles are the pods' components)")
-    by = tuple(dict.fromkeys("workload" if d == "role" else d for d in by))
-    bad = [d for d in by if d not in DIMENSIONS]
+    by = tuple(dict.fromkeys(by))
+    bad = [d for d in by if d not in DIMENSIONS + ("role",)]
     if bad:
         raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(DIMENSIONS)})")
     since, until = _window(since, until, step)
@@ -215,7 +218,8 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
         query = "cost_by_workload_daily" if daily else "cost_by_workload"
     table = run_query_arrow(
         conn, query, since=since, until=until,
-        as_of=None if as_of is None else _utc(as_of), step=step, statuses=list(statuses), by=list(columns),
+        as_of=None if as_of is None else _utc(as_of), step=step, statuses=list(statuses),
+        by=[c for c in columns if c != "role"],
         clusters=None if clusters is None else list(clusters),
         namespaces=None if namespaces is None else list(namespaces),
         frameworks=None if frameworks is None else list(frameworks),

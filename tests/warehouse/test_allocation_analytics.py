@@ -181,7 +181,10 @@ def test_cost_bills_allocated_gpu_hours_per_workload_and_role(conn):
     # W1 108 GPU-h x 2.0; W3 44 MIG-hours x 0.5; W2 never held anything
     assert got == {"JobSet/train": pytest.approx((108, 216)), "NIMService/nim": pytest.approx((44, 22))}
     roles = costing.cost_report(conn, DAY, NEXT, by=("role",), basis=costing.ALLOCATED, as_of=NEXT)
-    assert {r.workload: r.gpu_hours for r in roles.rows} == {"JobSet/train/worker": 108, "NIMService/nim/nim": 44}
+    # grouped on the pod intervals' component column, the workload left whole
+    assert roles.columns == ("cluster", "namespace", "framework", "workload", "role")
+    assert {(r.workload, r.uid, r.role): r.gpu_hours for r in roles.rows} == {
+        ("JobSet/train", "w1", "worker"): 108, ("NIMService/nim", "w3", "nim"): 44}
     # what the records request while Running: W1 8 GPUs 01:00-24:00 = 184; W3 2 x 22 = 44
     requested = costing.cost_report(conn, DAY, NEXT, by=("workload",), as_of=NEXT, basis=costing.REQUESTED)
     assert {r.workload: r.gpu_hours for r in requested.rows} == {"JobSet/train": 184, "NIMService/nim": 44}
@@ -218,6 +221,10 @@ def test_cli_capacity_allocation_wait_and_cost(path, tmp_path):
     assert "Deployment/serve" in waits and "18h00m" in waits
     cost = json.loads(invoke(path, "cost", "--since", "2026-11-02", "--until", "2026-11-03", "-o", "json").output)
     assert {i["cluster"]: i["gpuHours"] for i in cost["items"]}["c1"] == pytest.approx(108)
+    roles = json.loads(invoke(path, "cost", "--since", "2026-11-02", "--until", "2026-11-03", "--by", "role",
+                              "-o", "json").output)["items"]
+    assert [(i["workload"], i["uid"], i["role"], i["gpuHours"]) for i in roles] == [
+        ("JobSet/train", "w1", "worker", 108), ("NIMService/nim", "w3", "nim", 44)]
     pricing = tmp_path / "p.yaml"
     pricing.write_text("default: {gpu: {nvidia.com/gpu: 2.0, 'nvidia.com/mig-*': 0.5}}\n")
     idle = json.loads(invoke(path, "cost", "--idle", "--since", "2026-11-02", "--until", "2026-11-03",

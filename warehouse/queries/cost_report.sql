@@ -39,8 +39,8 @@
 --   $clusters, $namespaces, $frameworks
 --                   VARCHAR[] filters, NULL = no filter
 --   $basis          'requested' (NULL) or 'allocated'
---   $roles          BOOLEAN, allocated only: a workload's rows per role (component): its uid and name
---                   get '/component' appended
+--   $roles          BOOLEAN, allocated only: a workload's rows per role, the pods' component column
+--                   (`role`; '-' for pods of no component), with $by's workload
 --   $gpu_prices     STRUCT(cluster, name, pattern, rank, price)[]: NULL = no pricing
 --   $rates          STRUCT(cluster, cpu, memory)[]: CPU per core-hour, memory per GiB-hour
 WITH spans AS (  -- consuming intervals cut to the window: first and last period k0, k1, seconds in each
@@ -58,6 +58,7 @@ WITH spans AS (  -- consuming intervals cut to the window: first and last period
                    CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.uid END AS uid,
                    CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.kind END AS kind,
                    CASE WHEN list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload') THEN i.name END AS name,
+                   CASE WHEN $roles THEN i.role END AS role,
                    greatest(epoch(i.valid_from), epoch(CAST($since AS TIMESTAMPTZ))) AS s0,
                    least(coalesce(epoch(i.valid_to), epoch(coalesce(CAST($as_of AS TIMESTAMPTZ), now()))),
                          epoch(CAST($until AS TIMESTAMPTZ))) AS s1,
@@ -68,15 +69,12 @@ WITH spans AS (  -- consuming intervals cut to the window: first and last period
                         THEN MAP {'unspecified': i.gpus} ELSE i.gpu_resources END AS gpu_map,
                    i.cpu, i.memory / 1073741824.0 AS memory_gib
             FROM (
-                SELECT cluster, namespace, framework, uid, kind, name, status, valid_from, valid_to,
+                SELECT cluster, namespace, framework, uid, kind, name, NULL AS role, status, valid_from, valid_to,
                        gpus, cpu, memory, gpu_resources
                 FROM status_intervals WHERE coalesce(CAST($basis AS VARCHAR), 'requested') = 'requested'
                 UNION ALL
-                SELECT cluster, namespace, framework,
-                       coalesce(workload_uid, uid) || CASE WHEN $roles THEN '/' || coalesce(component, '') ELSE '' END,
-                       coalesce(workload_kind, 'Pod'),
-                       coalesce(workload_name, name) || CASE WHEN $roles THEN '/' || coalesce(component, '-') ELSE '' END,
-                       'Running', valid_from, valid_to, gpus, cpu, memory, gpu_resources
+                SELECT cluster, namespace, framework, coalesce(workload_uid, uid), coalesce(workload_kind, 'Pod'),
+                       coalesce(workload_name, name), coalesce(component, '-'), 'Running', valid_from, valid_to, gpus, cpu, memory, gpu_resources
                 FROM pod_intervals WHERE CAST($basis AS VARCHAR) = 'allocated' AND state = 'Bound'
             ) i
             WHERE list_contains(coalesce(CAST($statuses AS VARCHAR[]), ['Running', 'Degraded']), i.status)
@@ -94,36 +92,36 @@ changes AS (  -- per group, resource and period where an interval starts or ends
     -- An interval spanning periods k0 < k1 joins the running level of full periods at k0 and leaves it
     -- at k1: its first period counts its seconds minus the full period the level gives it, its last
     -- one its seconds.  An interval within one period only counts its seconds.
-    SELECT k, cluster, namespace, framework, uid, resource, any_value(kind) AS kind, any_value(name) AS name,
+    SELECT k, cluster, namespace, framework, uid, role, resource, any_value(kind) AS kind, any_value(name) AS name,
            sum(p * g) AS pg, sum(p * c) AS pc, sum(p * m) AS pm, sum(d * g) AS dg, sum(d * c) AS dc,
            sum(d * m) AS dm, sum(d) AS dn
     FROM (  -- an interval's first period (side 0) and, if another, its last (side 1)
-        SELECT CASE side WHEN 0 THEN k0 ELSE k1 END AS k, cluster, namespace, framework, uid, resource, kind, name,
+        SELECT CASE side WHEN 0 THEN k0 ELSE k1 END AS k, cluster, namespace, framework, uid, role, resource, kind, name,
                g, c, m,
                CASE WHEN side = 1 THEN last_s WHEN k1 > k0 THEN first_s - step_s ELSE first_s END AS p,
                CASE WHEN k1 = k0 THEN 0 WHEN side = 0 THEN 1 ELSE -1 END AS d
         FROM (  -- one row per interval and GPU resource; CPU and memory ride on the first (resource NULL: no GPUs)
-            SELECT k0, k1, first_s, last_s, step_s, cluster, namespace, framework, uid, kind, name,
+            SELECT k0, k1, first_s, last_s, step_s, cluster, namespace, framework, uid, role, kind, name,
                    map_keys(gpu_map)[j] AS resource, coalesce(map_values(gpu_map)[j], 0.0) AS g,
                    CASE WHEN j = 1 THEN cpu ELSE 0.0 END AS c, CASE WHEN j = 1 THEN memory_gib ELSE 0.0 END AS m
             FROM (SELECT *, unnest(range(1, greatest(cardinality(gpu_map), 1)::BIGINT + 1)) AS j FROM spans)
         ), (VALUES (0), (1)) AS sides(side)
         WHERE side = 0 OR k1 > k0
     )
-    GROUP BY k, cluster, namespace, framework, uid, resource
+    GROUP BY k, cluster, namespace, framework, uid, role, resource
 ),
 levels AS (  -- the running level of full periods at each change and up to the next one
     SELECT *, sum(dg) OVER w AS ag, sum(dc) OVER w AS ac, sum(dm) OVER w AS am, sum(dn) OVER w AS an,
            lead(k) OVER w AS next_k
     FROM changes
-    WINDOW w AS (PARTITION BY cluster, namespace, framework, uid, resource ORDER BY k)
+    WINDOW w AS (PARTITION BY cluster, namespace, framework, uid, role, resource ORDER BY k)
 ),
 usage AS (  -- seconds x demand per period, group and resource: the changes' periods, then the full periods up to the next change
-    SELECT k, cluster, namespace, framework, uid, kind, name, resource,
+    SELECT k, cluster, namespace, framework, uid, role, kind, name, resource,
            pg + ag * step_s AS gs, pc + ac * step_s AS cs, pm + am * step_s AS ms
     FROM levels, (SELECT coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s)
     UNION ALL
-    SELECT r.kk, cluster, namespace, framework, uid, kind, name, resource,
+    SELECT r.kk, cluster, namespace, framework, uid, role, kind, name, resource,
            ag * step_s, ac * step_s, am * step_s
     FROM levels, (SELECT coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))) AS step_s), unnest(range(k + 1, next_k)) AS r(kk)
     WHERE an > 0
@@ -144,7 +142,7 @@ rates AS (
     LEFT JOIN unnest(CAST($rates AS STRUCT(cluster VARCHAR, cpu DOUBLE, memory DOUBLE)[])) AS dflt(r) ON dflt.r.cluster IS NULL
 ),
 priced AS (  -- per period, group and GPU resource: priced rows, and clusters merged unless the group has them
-    SELECT k, u.cluster, namespace, framework, uid, u.resource, kind, name, gs, cs, ms,
+    SELECT k, u.cluster, namespace, framework, uid, role, u.resource, kind, name, gs, cs, ms,
            gs * coalesce(p.price, 0.0) AS gpu_cost_s, cs * coalesce(r.cpu, 0.0) AS cpu_cost_s,
            ms * coalesce(r.memory, 0.0) AS memory_cost_s,
            CASE WHEN u.resource IS NOT NULL AND p.price IS NULL
@@ -154,7 +152,7 @@ priced AS (  -- per period, group and GPU resource: priced rows, and clusters me
     LEFT JOIN rates r ON r.cluster = u.cluster
     WHERE (list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster') OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload'))
     UNION ALL
-    SELECT k, NULL, namespace, framework, uid, u.resource, any_value(kind), any_value(name),
+    SELECT k, NULL, namespace, framework, uid, role, u.resource, any_value(kind), any_value(name),
            sum(gs), sum(cs), sum(ms), sum(gs * coalesce(p.price, 0.0)),
            sum(cs * coalesce(r.cpu, 0.0)), sum(ms * coalesce(r.memory, 0.0)),
            list({'cluster': u.cluster, 'resource': u.resource, 'hours': gs / 3600.0})
@@ -163,10 +161,10 @@ priced AS (  -- per period, group and GPU resource: priced rows, and clusters me
     LEFT JOIN prices p ON p.cluster = u.cluster AND p.resource = u.resource
     LEFT JOIN rates r ON r.cluster = u.cluster
     WHERE NOT (list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'cluster') OR list_contains(coalesce(CAST($by AS VARCHAR[]), []), 'workload'))
-    GROUP BY k, namespace, framework, uid, u.resource
+    GROUP BY k, namespace, framework, uid, role, u.resource
 ),
 grouped AS (
-    SELECT k, cluster, namespace, framework, uid, any_value(kind) AS kind, any_value(name) AS name,
+    SELECT k, cluster, namespace, framework, uid, role, any_value(kind) AS kind, any_value(name) AS name,
            sum(gs) / 3600.0 AS gpu_hours,
            coalesce(map_from_entries(list({'key': resource, 'value': gs / 3600.0}) FILTER (WHERE resource IS NOT NULL)),
                     MAP {}::MAP(VARCHAR, DOUBLE)) AS gpu_resources_hours,
@@ -175,12 +173,12 @@ grouped AS (
            sum(memory_cost_s) / 3600.0 AS memory_cost,
            flatten(list(unpriced) FILTER (WHERE unpriced IS NOT NULL)) AS unpriced
     FROM priced
-    GROUP BY k, cluster, namespace, framework, uid
+    GROUP BY k, cluster, namespace, framework, uid, role
 )
 SELECT to_timestamp(epoch(CAST($since AS TIMESTAMPTZ)) + k * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ)))) AS period_start,
        to_timestamp(least(epoch(CAST($since AS TIMESTAMPTZ)) + (k + 1) * coalesce(epoch(CAST($step AS INTERVAL)), epoch(CAST($until AS TIMESTAMPTZ)) - epoch(CAST($since AS TIMESTAMPTZ))),
                           epoch(CAST($until AS TIMESTAMPTZ)))) AS period_end,
-       cluster, namespace, framework, uid, kind, name, gpu_hours, gpu_resources_hours AS gpu_hours_by_resource,
+       cluster, namespace, framework, uid, kind, name, role, gpu_hours, gpu_resources_hours AS gpu_hours_by_resource,
        cpu_core_hours, memory_gib_hours,
        CASE WHEN $gpu_prices IS NOT NULL THEN gpu_cost END AS gpu_cost,
        CASE WHEN $gpu_prices IS NOT NULL THEN cpu_cost END AS cpu_cost,
@@ -197,4 +195,4 @@ ORDER BY k, coalesce(cost, gpu_hours) DESC, gpu_hours DESC,  -- then the group's
                   WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
          coalesce(CASE CAST($by AS VARCHAR[])[4] WHEN 'cluster' THEN cluster WHEN 'namespace' THEN namespace
                   WHEN 'framework' THEN framework WHEN 'workload' THEN kind || '/' || name END, ''),
-         uid
+         uid, role
