@@ -20,6 +20,15 @@ State, per raw partition (``PodStates``, part of processing.MemoryStates):
 - pod and node summaries: the kept fields of their latest record (a record is emitted only when one
   of them changes), resourceVersion (repeats and older events produce nothing), state and since.
 
+Why a pod's status churn is cheap: most pod events are the kubelet's status updates (containers
+created, Running, Ready flipping), which change nothing a record keeps.  A pod's summary also holds
+a digest of what its request and its attribution are computed from (its metadata but the
+resourceVersion, its spec: ``_identity``), with the catalog and the owner links it was attributed
+with; an event with the same digest, catalog and links (and a cluster whose pod selectors read no
+status) needs only its state (phase, node) compared, not its request parsed, its owner chain
+followed and its pod selectors evaluated again.  The digest is a cache in memory: a summary
+recovered from the pods topic has none, and its next event takes the whole path.
+
 Why that fits the partitioning: the raw topic is keyed by cluster/namespace for namespaced objects
 (``records.raw_key``), and ownerReferences never leave a namespace, so a pod and its whole chain
 are in one raw partition, in order: the state is the partition's own, and an owner arriving after
@@ -31,10 +40,15 @@ pod, or a tombstone when an owner is deleted or a pending pod attributed).
 
 from __future__ import annotations
 
+import hashlib
+
+import orjson
+
 from workloadmap.catalog import Catalog, ResolveError, records
 from workloadmap.catalog.attributing import (
-    NODE, POD, MalformedObject, controller_of, group_of, node_facts, owner_kinds, pod_facts, pod_state,
+    NODE, PHASES, POD, MalformedObject, controller_of, group_of, node_facts, owner_kinds, pod_facts, pod_state,
     workload_kinds)
+from workloadmap.catalog.jqlang.reading import ANY, paths_read
 from workloadmap.catalog.pods import match_pod
 
 MAX_CHAIN = 16   # owner links followed at most (a cycle of references must not hang a worker)
@@ -59,6 +73,9 @@ class PodStates:
         self.waiting: dict[str, str] = {}         # cluster/podUid -> the cluster/ownerUid it waits for
         self.pods: dict[str, dict] = {}           # cluster/podUid -> pod_summary
         self.nodes: dict[str, dict] = {}          # cluster/nodeName -> node_summary
+        # owner links changed or removed so far: a pod attributed before a change is attributed again
+        # at its next event (see the module docstring; a link added changes no attributed pod's chain)
+        self.links_changed = 0
 
     # -- recovery (app.py): what the output topics say ---------------------------------
     def recover_owner(self, key: str, value: dict | None) -> None:
@@ -117,6 +134,28 @@ def _freeze(value):
     return value
 
 
+def _identity(meta: dict, spec) -> bytes | None:
+    """A digest of what a pod's request and attribution are computed from: its metadata but the
+    resourceVersion, and its spec (None when they cannot be encoded: the whole path decides)."""
+    try:
+        text = orjson.dumps((meta if "resourceVersion" not in meta else
+                             {k: v for k, v in meta.items() if k != "resourceVersion"}, spec))
+    except TypeError:
+        return None
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def reads_status(catalog: Catalog) -> bool:
+    """Whether any pod selector or gang key of a catalog may read a pod's status (then a pod's status
+    churn may change its attribution)."""
+    for definition in catalog:
+        for expr in definition.pod_expressions():
+            read = paths_read(expr.source)
+            if read is ANY or any(not path or path[0] == "status" for path in read):
+                return True
+    return False
+
+
 def rv_newer(new, old) -> bool:
     """Whether resourceVersion `new` is newer than `old` (etcd revisions compare as integers)."""
     if old is None:
@@ -133,16 +172,22 @@ class Attributing:
 
     def __init__(self, catalog_for):
         self.catalog_for = catalog_for
-        self._kinds: dict[str, tuple] = {}    # cluster -> (its catalog, known kinds, workload kinds)
+        # cluster -> (its catalog, known kinds, workload kinds, whether its pod selectors read status)
+        self._kinds: dict[str, tuple] = {}
 
     def kinds(self, cluster: str, catalog: Catalog) -> tuple[frozenset, frozenset]:
         """(kinds a chain is followed through, kinds with a definition) of a cluster's catalog, computed
         again when the cluster's catalog changes (a definition applied to it)."""
+        entry = self._entry(cluster, catalog)
+        return entry[1], entry[2]
+
+    def _entry(self, cluster: str, catalog: Catalog) -> tuple:
         entry = self._kinds.get(cluster)
         if entry is None or entry[0] is not catalog:
             workloads = workload_kinds(catalog)
-            entry = self._kinds[cluster] = (catalog, (owner_kinds(catalog) | workloads) - {POD}, workloads)
-        return entry[1], entry[2]
+            entry = self._kinds[cluster] = (catalog, (owner_kinds(catalog) | workloads) - {POD}, workloads,
+                                            reads_status(catalog))
+        return entry
 
     def is_workload(self, cluster: str, obj: dict) -> bool:
         """Whether an object is of a kind with a definition, or of no kind the catalog knows at all
@@ -159,12 +204,16 @@ class Attributing:
         key = f"{cluster}/{meta['uid']}"
         if event["type"] == "DELETED":
             if states.owners.pop(key, None) is not None:
+                states.links_changed += 1
                 out.owners.append((key.encode(), None))
             return
         ref = controller_of(obj)
         link = (obj.get("apiVersion"), obj.get("kind"), meta.get("name"),
                 None if ref is None else (ref.get("apiVersion"), ref.get("kind"), ref.get("name"), ref.get("uid")))
-        if states.owners.get(key) != link:
+        known = states.owners.get(key)
+        if known != link:
+            if known is not None:
+                states.links_changed += 1
             states.owners[key] = link
             value = {"owner": {"apiVersion": link[0], "kind": link[1], "name": link[2], "controller": None if ref is None
                                else {"apiVersion": link[3][0], "kind": link[3][1], "name": link[3][2],
@@ -228,6 +277,20 @@ class Attributing:
         rv = None if rv is None else str(rv)
         if attributing_at is None and previous is not None and (previous["deleted"] or not rv_newer(rv, previous["rv"])):
             return False   # a re-delivery, or older than what was already processed
+        deleted = event["type"] == "DELETED"
+        catalog = self.catalog_for(cluster)
+        identity = None
+        if (previous is not None and attributing_at is None and not deleted and not previous.get("pending")
+                and key not in states.waiting):
+            # status churn (see the module docstring): the same pod on the same node, its state alone compared
+            identity = _identity(meta, obj.get("spec"))
+            status = obj.get("status")
+            if (identity is not None and identity == previous.get("identity") and catalog is previous.get("catalog")
+                    and states.links_changed == previous.get("links") and type(status) is dict
+                    and status.get("phase") in PHASES and not self._entry(cluster, catalog)[3]
+                    and pod_state(status["phase"], previous["kept"][1], False) == previous["state"]):
+                previous["rv"] = rv
+                return controller_of(obj) is None
         what = f"pod {cluster}/{meta.get('namespace')}/{meta.get('name')}"
         for field in ("namespace", "name"):
             if not isinstance(meta.get(field), str) or not meta.get(field):
@@ -236,8 +299,6 @@ class Attributing:
             facts = pod_facts(obj, self.catalog_for(cluster).resolver.gpus)
         except MalformedObject as exc:
             raise Rejected(records.MALFORMED_POD, f"{what}: {exc}") from None
-        deleted = event["type"] == "DELETED"
-        catalog = self.catalog_for(cluster)
         known, workloads = self.kinds(cluster, catalog)
         states._unwait(key)
         if deleted and previous is not None and previous["attribution"]["workload"] is not None:
@@ -262,8 +323,13 @@ class Attributing:
         state = pod_state(facts["phase"], facts["nodeName"], deleted)
         kept = _pod_kept(state, {**facts, **attribution}, attribution["workload"])
         pending = key in states.waiting
+        if not pending and not deleted and identity is None:
+            identity = _identity(meta, obj.get("spec"))
+        remembered = {"identity": None} if pending or deleted else {
+            "identity": identity, "catalog": catalog, "links": states.links_changed}
         if previous is not None and kept == previous["kept"] and not deleted:
-            previous.update(rv=rv, pending=pending)   # status churn: nothing the warehouse keeps changed
+            # status churn: nothing the warehouse keeps changed
+            previous.update(rv=rv, pending=pending, **remembered)
             return controller_of(obj) is None
         at = attributing_at or event["observedAt"]
         record = {
@@ -278,7 +344,7 @@ class Attributing:
             record["gpuResources"] = facts["gpuResources"]
         out.pods.append((key.encode(), records.encode(record)))
         states.pods[key] = {"rv": rv, "state": state, "since": record["stateSince"], "deleted": deleted, "at": at,
-                            "kept": kept, "attribution": attribution, "pending": pending}
+                            "kept": kept, "attribution": attribution, "pending": pending, **remembered}
         return controller_of(obj) is None
 
     # -- nodes -----------------------------------------------------------------------------

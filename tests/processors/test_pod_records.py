@@ -213,6 +213,51 @@ def test_an_adopted_workload_ends_and_its_owner_takes_its_pods():
         ("InferenceService", "i1", "inferenceservice")]
 
 
+def _ready(obj: dict, ready: str) -> dict:
+    """The kubelet's readiness update of a pod (a condition flipped: nothing a record keeps)."""
+    obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}]
+    return obj
+
+
+def test_status_churn_after_an_owner_link_changed_attributes_the_pod_again():
+    """A ReplicaSet adopted by another Deployment (its controller reference changed): the pod's next
+    event, a readiness flip, is attributed through the new link, so its record names the new workload;
+    the readiness flips before and after it make none."""
+    run = Run()
+    d1, d2 = deployment("d1"), deployment("d2", "20")
+    d2["metadata"]["name"] = "web-2"
+    rs = replicaset(d1)
+    run.feed(*(event(o, "2026-12-01T00:00:00Z", "ADDED") for o in (d1, d2, rs)))
+    (bound,), _ = run.feed(event(pod(owner=rs, rv="30", node="n1", phase="Running"), "2026-12-01T00:00:01Z", "ADDED"))
+    assert bound["workload"]["uid"] == "d1"
+    churn, _ = run.feed(event(_ready(pod(owner=rs, rv="31", node="n1", phase="Running"), "True"), "2026-12-01T00:00:02Z"))
+    assert churn == []
+    run.feed(event(replicaset(d2, rv="32"), "2026-12-01T00:00:03Z"))
+    (moved,), _ = run.feed(event(_ready(pod(owner=rs, rv="33", node="n1", phase="Running"), "False"),
+                                 "2026-12-01T00:00:04Z"))
+    assert (moved["workload"]["uid"], moved["state"], moved["resourceVersion"]) == ("d2", "Bound", "33")
+    again, _ = run.feed(event(_ready(pod(owner=rs, rv="34", node="n1", phase="Running"), "True"), "2026-12-01T00:00:05Z"))
+    assert again == []
+
+
+def test_status_churn_with_a_new_request_or_phase_class_makes_a_record():
+    """After readiness flips (no record), a pod resized in place (its GPU limit 1 -> 2) makes a record
+    with the new request, and its Succeeded phase one with state Terminated."""
+    run = Run()
+    d = deployment()
+    rs = replicaset(d)
+    run.feed(event(d, "2026-12-01T00:00:00Z", "ADDED"), event(rs, "2026-12-01T00:00:00Z", "ADDED"))
+    run.feed(event(pod(owner=rs, rv="30", node="n1", phase="Running"), "2026-12-01T00:00:01Z", "ADDED"))
+    assert run.feed(event(_ready(pod(owner=rs, rv="31", node="n1", phase="Running"), "True"),
+                          "2026-12-01T00:00:02Z"))[0] == []
+    (resized,), _ = run.feed(event(_ready(pod(owner=rs, rv="32", node="n1", phase="Running", gpus=2), "True"),
+                                   "2026-12-01T00:00:03Z"))
+    assert (resized["gpu"], resized["state"]) == (2, "Bound")
+    (done,), _ = run.feed(event(_ready(pod(owner=rs, rv="33", node="n1", phase="Succeeded", gpus=2), "False"),
+                                "2026-12-01T00:00:04Z"))
+    assert (done["state"], done["gpu"]) == ("Terminated", 2)
+
+
 @pytest.mark.parametrize("obj, field", [
     (pod(node=7), "spec.nodeName must be a string"),
     (pod(phase="Sleeping"), "status.phase 'Sleeping' is not one of"),
