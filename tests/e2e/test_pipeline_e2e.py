@@ -427,13 +427,22 @@ def test_cluster_definitions_reach_every_worker_and_survive_restarts(kafka_broke
     with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
         publisher.publish(event)
         publisher.flush()
-    time.sleep(15)  # committed, then read by both workers (they follow the topic every 5 s)
+    # the worker owning its partition publishes it on the definitions topic (a slow start on loaded
+    # cores can take long); then both workers read it within a follow period (5 s): two, and a margin
+    deadline = time.time() + 180
+    while not p.topic_messages("definitions"):
+        assert time.time() < deadline, f"the definition never reached the definitions topic\n{p.log('processors')}"
+        time.sleep(1)
+    time.sleep(12)
     first = _widget_events(12, rv=10)   # 12 namespaces (the raw key): every raw partition gets some
     with KafkaPublisher(p.bootstrap, topic=p.topic("raw")) as publisher:
         for key, value in first:
             publisher.publish_raw(key, value)
         publisher.flush()
-    p.wait_for_records(12)
+    try:
+        p.wait_for_records(12)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\ndead letters: {p.dead_letters()}") from None
     # every worker restarts: the definition is read again before processing
     p.stop("processors-2")
     p.stop("processors")
