@@ -245,7 +245,9 @@ def _interrupted_run(p: Pipeline, messages, interrupt, resume, timeout=180, *, s
 
 
 def _at(minutes: float) -> str:
-    return (datetime(2026, 12, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The instant `minutes` (to the second) after 2026-12-01 00:00 UTC, as RFC 3339."""
+    return (datetime(2026, 12, 1, tzinfo=timezone.utc) + timedelta(seconds=round(minutes * 60))).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
 
 
 class PodNodeStream:
