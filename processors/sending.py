@@ -25,7 +25,9 @@ refused).
 
 Ordering with commits: events are acked only after their outputs' batches are
 in the producer, and aiokafka sends everything it holds before it commits a
-transaction; so a committed offset never lacks its outputs.  Outputs of events
+transaction; so a committed offset never lacks its outputs.  A partition's
+batches of one send go in under one hold of its lock, so all the outputs of an
+event are in one transaction (see ``OutputBatches.send``).  Outputs of events
 not yet acked may commit before their offsets: after a crash those events are
 processed again against the state those outputs imply, which makes them
 duplicates and produces nothing.
@@ -147,17 +149,26 @@ class OutputBatches:
         return len(self._batches) + len(self._full)
 
     async def send(self) -> None:
-        """Hand every batch to its partition's producer (returns once they are queued, not delivered)."""
-        pending = self._full + [(p, t, b) for (p, t), b in self._batches.items()]
+        """Hand every batch to its partition's producer (returns once they are queued, not delivered).
+
+        All the batches of one raw partition are sent under one hold of that partition's lock, so
+        they land in one transaction: a commit between two of them would put an event's record in
+        a transaction that commits and its transition (or pod, owner, dead letter) in the next one,
+        which a crash aborts; the event, processed again, is then a duplicate of its committed
+        record and produces nothing, and the transition is lost for good."""
+        by_partition: dict[int, list] = {}
+        for partition, topic, batch in self._full + [(p, t, b) for (p, t), b in self._batches.items()]:
+            by_partition.setdefault(partition, []).append((topic, batch))
         self._full, self._batches = [], {}
-        for partition, topic, batch in pending:
+        for partition, batches in by_partition.items():
             transactional_id = self._transactional_id(partition)
             lock = (self._producer._trn_locks[transactional_id] if transactional_id is not None
                     else contextlib.nullcontext())
             async with lock:
-                delivery = await self._aiokafka_producer(transactional_id).send_batch(batch, topic,
-                                                                                      partition=partition)
-            delivery.add_done_callback(self._delivered)
+                producer = self._aiokafka_producer(transactional_id)
+                for topic, batch in batches:
+                    delivery = await producer.send_batch(batch, topic, partition=partition)
+                    delivery.add_done_callback(self._delivered)
 
     def _delivered(self, delivery) -> None:
         if not delivery.cancelled() and delivery.exception() is not None:

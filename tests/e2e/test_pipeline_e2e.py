@@ -184,6 +184,15 @@ def _check_warehouse(p: Pipeline, messages) -> None:
         assert status == intent.expected_status, (cluster, uid)
         if status != records.DELETED:
             assert gpus == pytest.approx(intent.expected_gpus) and pods == intent.expected_pods, (cluster, uid)
+    # every status change has its transition, and every transition its status change: a record and
+    # its transition commit together, whatever was killed meanwhile (bench/soak.py found them apart)
+    changes = """SELECT cluster, uid, status, observed_at FROM (
+        SELECT cluster, uid, status, observed_at, lag(status) OVER (PARTITION BY cluster, uid ORDER BY seq) AS before
+        FROM workload_states) WHERE before IS DISTINCT FROM status"""
+    on = ("ON t.cluster = c.cluster AND t.uid = c.uid AND t.to_status = c.status "
+          "AND t.transitioned_at = c.observed_at")
+    assert p.warehouse_rows(f"SELECT count(*) FROM ({changes}) c ANTI JOIN transitions t {on}") == [(0,)]
+    assert p.warehouse_rows(f"SELECT count(*) FROM transitions t ANTI JOIN ({changes}) c {on}") == [(0,)]
 
 
 def test_replayed_events_reach_the_warehouse_exactly_once(kafka_broker, pipeline_on):

@@ -82,3 +82,60 @@ def test_a_batchs_outputs_go_to_their_topics_at_the_raw_partition_number_in_orde
         (0, "records", [(b"a", b"r1"), (b"a", b"r2")]), (0, "records", [(b"b", b"r3")]),
         (0, "transitions", [(b"a", b"t1")]), (2, "dead", [(None, b"d1")]), (2, "definitions", [(b"c/n", b"w1")])])
     assert all(b.partition == p for p, _, b in outputs._full + [(p, t, b) for (p, t), b in outputs._batches.items()])
+
+
+def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_commits_meanwhile():
+    """The soak (bench/soak.py) lost transitions whose records were in the warehouse, each time a
+    worker crashed: the records' batch went into one transaction, a commit ran in between, the
+    transitions' batch into the next, which the crash aborted; the events, processed again, were
+    duplicates of their committed records.  So a partition's batches are sent under one hold of
+    its lock, and a commit waiting for that lock runs before or after all of them."""
+    from types import SimpleNamespace
+
+    from workloadmap.processors.processing import Outputs
+    from workloadmap.processors.sending import OutputBatches, OutputTopics
+
+    class Builder:
+        def append(self, key, value, timestamp):
+            return object()
+
+    topics = OutputTopics("records", "transitions", "dead", "definitions", pods="pods", owners="owners")
+
+    async def main():
+        transaction = {"app-0": 1, "app-1": 1}   # the open transaction of each partition's producer
+        sent = []
+
+        class Transactional:
+            def __init__(self, tid):
+                self.tid = tid
+
+            async def send_batch(self, batch, topic, partition):
+                sent.append((partition, topic, transaction[self.tid]))
+                await asyncio.sleep(0)   # the producer yields (as aiokafka does while a batch is pending)
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                return done
+
+        locks = {tid: asyncio.Lock() for tid in transaction}
+        outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True, topics=topics)
+        outputs._producer = SimpleNamespace(_trn_locks=locks,
+                                            _transaction_producers={t: Transactional(t) for t in transaction})
+        outputs._transactional_id = lambda partition: f"app-{partition}"
+        outputs._new_batch = lambda partition: Builder()
+        outputs.add_batch({p: Outputs(records=[(b"k", b"r")], transitions=[(b"k", b"t")], pods=[(b"k", b"p")],
+                                      owners=[(b"k", b"o")]) for p in (0, 1)})
+
+        async def committing(tid):   # faust's commit: under the partition's lock, end it and begin the next
+            for _ in range(10):
+                async with locks[tid]:
+                    transaction[tid] += 1
+                await asyncio.sleep(0)
+
+        await asyncio.gather(outputs.send(), committing("app-0"), committing("app-1"))
+        return sent
+
+    sent = asyncio.run(main())
+    assert sorted((p, t) for p, t, _ in sent) == sorted(
+        (p, t) for p in (0, 1) for t in ("records", "transitions", "pods", "owners"))
+    for p in (0, 1):
+        assert len({n for q, _, n in sent if q == p}) == 1, f"partition {p}'s outputs in several transactions: {sent}"
