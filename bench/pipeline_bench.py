@@ -32,6 +32,18 @@ pod events apart.  Defaults: 60,000 events sustained, 3 runs of 60 s at
 2,000 events/s, no scale-out.  Each measurement streams the simulated fleet
 under cluster names of its own, so its objects are new to the pipeline.
 
+With --serve-load, only this instead: the cost of `run warehouse --serve` to
+the writer.  The writer serves the fresh reads (warehouse/answering.py, the
+reads answered between its batches); two latency runs of workload events at
+--rate (1,000), the first with no client, the second with readers hammering
+the JSON endpoints from a process of their own (--readers threads: capacity
+by cluster and by namespace, a week of cost by namespace, one workload's
+history, each asked again as soon as answered), a feed client reading the
+transitions stream 256 bytes a second and a client reading a large capacity
+answer as slowly.  Printed for each: the writer's batch write p50/p99/max,
+the pauses between batches spent answering, latency p50/p99, the writer's CPU
+per event; and the readers' answers by status with their latency.
+
 Prints one JSON line.  Targets on the 2-core machine: workloads >= 5,000
 events/s sustained, p99 <= 1 s at 1,000 events/s in every run; pods >=
 10,000 events/s sustained, p99 <= 1 s at 2,000 events/s in every run.  The
@@ -63,6 +75,7 @@ from workloadmap.ingest.publishing import KafkaPublisher, event_key  # noqa: E40
 from workloadmap.ingest.scheduling import simulate_clusters  # noqa: E402
 from workloadmap.ingest.simulating import simulate_messages  # noqa: E402
 from workloadmap.processors.processing import MemoryStates, Processor  # noqa: E402
+from workloadmap.warehouse.answering import ReadServer  # noqa: E402
 from workloadmap.warehouse.consuming import KafkaWarehouseWriter  # noqa: E402
 
 # Rows a writer's batch stores (allocating.check_pod / check_node): where their uid and version are.
@@ -191,7 +204,7 @@ def cpu_seconds(pid: int | None = None, thread: int | None = None) -> float:
 class Run:
     """The services of one measurement, on topics, a consumer group and a DuckDB file of their own."""
 
-    def __init__(self, broker, tmp: Path, tag: str, *, workers: int = 1, partitions: int = 3):
+    def __init__(self, broker, tmp: Path, tag: str, *, workers: int = 1, partitions: int = 3, serve: bool = False):
         self.broker = broker
         self.env = dict(os.environ, WORKLOADMAP_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
                         WORKLOADMAP_RAW_TOPIC=f"raw-{tag}", WORKLOADMAP_WORKLOADS_TOPIC=f"workloads-{tag}",
@@ -210,12 +223,16 @@ class Run:
             if len(self.procs) == 1:
                 self._wait_for_topics()   # the first worker creates them; the others join its group
         self.visible: dict[tuple[str, str, str], float] = {}   # (cluster, uid, resourceVersion) -> when
+        # the fresh reads, as `run warehouse --serve` answers them between batches (timed: the pauses)
+        self.reads = ReadServer(("127.0.0.1", 0)) if serve else None
+        self.pause_seconds: list[float] = []
         self.writer = KafkaWarehouseWriter(
             broker.bootstrap_servers, tmp / f"bench-{tag}.duckdb",
             topics=(f"workloads-{tag}", f"transitions-{tag}", f"pods-{tag}", f"nodes-{tag}"),
             group_id=f"bench-{tag}-warehouse", transitions_topic=f"transitions-{tag}",
             pods_topic=f"pods-{tag}", nodes_topic=f"nodes-{tag}", deadletter_topic=f"deadletter-{tag}",
-            commit_to_kafka=False, on_batch=self._on_batch)
+            commit_to_kafka=False, on_batch=self._on_batch,
+            between_batches=None if self.reads is None else self._answer)
         collect_garbage_rarely()  # as `workloadmap run warehouse` does
         self.batch_seconds: list[float] = []   # each batch's write into DuckDB (its transaction included)
         write_checked = self.writer.warehouse.write_checked
@@ -237,6 +254,11 @@ class Run:
         self._last_seq = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.writer.run, args=(self.stop,), daemon=True)
+
+    def _answer(self, warehouse) -> None:
+        began = time.perf_counter()
+        self.reads.answer(warehouse)
+        self.pause_seconds.append(time.perf_counter() - began)
 
     @property
     def raw_topic(self) -> str:
@@ -318,12 +340,15 @@ class Run:
     def latency(self, messages, rate: int) -> dict:
         """Publish `messages` at `rate` events/s: publish-to-visible latencies, whole and in two parts,
         of the events that make a record."""
-        batches_before = len(self.batch_seconds)
+        batches_before, pauses_before = len(self.batch_seconds), len(self.pause_seconds)
         load = os.getloadavg()[0]
+        writer_cpu = cpu_seconds()
         _, (times, _, _) = publish(self.broker.bootstrap_servers, self.raw_topic, messages, rate=rate)
         sent = {k: t for (_, _, k), t in zip(messages, times) if k is not None}
         self.wait(list(sent))
+        writer_cpu = cpu_seconds() - writer_cpu
         batches = sorted(self.batch_seconds[batches_before:])
+        pauses = sorted(self.pause_seconds[pauses_before:])
         latencies = sorted(self.visible[k] - t for k, t in sent.items())
         appended = appended_times(self.broker.bootstrap_servers,
                                   [f"{name}-{self.tag}" for name in ("workloads", "pods", "nodes")], sent)
@@ -339,17 +364,115 @@ class Run:
                 "worker_output_to_visible_p50_seconds": _pct(0.50, rest),
                 "worker_output_to_visible_p99_seconds": _pct(0.99, rest),
                 # the writer's part of the rest: its batches' writes (p99 and max over the run)
-                "writer_batches": len(batches), "writer_batch_p99_seconds": _pct(0.99, batches),
+                "writer_batches": len(batches), "writer_batch_p50_seconds": _pct(0.50, batches),
+                "writer_batch_p99_seconds": _pct(0.99, batches),
                 "writer_batch_max_seconds": round(batches[-1], 3) if batches else None,
+                # the writer's process (its HTTP threads too, with --serve-load), per event
+                "writer_cpu_ms_per_event": round(writer_cpu * 1000 / len(messages), 3),
+                **({"answer_pauses": len(pauses), "answer_pause_p50_seconds": _pct(0.50, pauses),
+                    "answer_pause_p99_seconds": _pct(0.99, pauses),
+                    "answer_pause_max_seconds": round(pauses[-1], 3) if pauses else None,
+                    "answer_seconds_total": round(sum(pauses), 2)} if self.reads is not None else {}),
                 "load_average": [round(load, 2), round(os.getloadavg()[0], 2)]}
 
     def close(self):
         self.stop.set()
         self.thread.join(60)
+        if self.reads is not None:
+            self.reads.close()
         for proc in self.procs:
             proc.terminate()
         for proc in self.procs:
             proc.wait(60)
+
+
+READS = ("/api/v1/capacity?by=cluster", "/api/v1/capacity?by=namespace", "/api/v1/cost?window=7d&aggregate=namespace")
+
+
+def _hammering(base: str, paths: list[str], stop, out: list) -> None:
+    """Ask the reads in turn, each again as soon as it is answered; (status, seconds) into `out`."""
+    import urllib.error
+    import urllib.request
+
+    i = 0
+    while not stop.is_set():
+        began = time.time()
+        try:
+            with urllib.request.urlopen(base + paths[i % len(paths)], timeout=60) as resp:
+                resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except OSError:
+            status = None
+        out.append((status, time.time() - began))
+        i += 1
+
+
+def _slowly(url: str, stop) -> None:
+    """A slow client: 256 bytes a second of an answer (or of the transitions feed)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            while not stop.wait(1.0) and resp.read(256):
+                pass
+    except OSError:
+        pass
+
+
+def _reading(base: str, workload_path: str, threads: int, ready, stop, results) -> None:
+    """Child process: `threads` hammering clients, a slow feed client, a slow client of a large answer."""
+    paths = [*READS, f"/api/v1/workloads/{workload_path}?limit=50"]
+    answers: list = []
+    workers = [threading.Thread(target=_hammering, args=(base, paths[i % len(paths):] + paths[:i % len(paths)],
+                                                         stop, answers), daemon=True) for i in range(threads)]
+    workers.append(threading.Thread(target=_slowly, args=(f"{base}/api/v1/transitions?after=0", stop), daemon=True))
+    workers.append(threading.Thread(target=_slowly, args=(
+        f"{base}/api/v1/capacity?by=cluster,namespace,framework,kind,status", stop), daemon=True))
+    ready.set()
+    began = time.time()
+    for t in workers:
+        t.start()
+    stop.wait()
+    seconds = time.time() - began
+    by_status: dict = {}
+    for status, _ in answers:
+        by_status[str(status)] = by_status.get(str(status), 0) + 1
+    ok = sorted(s for status, s in answers if status == 200)
+    results.put({"reads": len(answers), "reads_per_second": round(len(answers) / seconds, 1), "by_status": by_status,
+                 "answer_p50_seconds": _pct(0.50, ok), "answer_p99_seconds": _pct(0.99, ok)})
+
+
+def serve_load(broker, tmp: Path, args, rate: int) -> dict:
+    """The writer serving the fresh reads: a latency run without clients, then one with them."""
+    per_run = rate * args.seconds
+    messages = _messages(2 * per_run, seed=5)
+    run = Run(broker, tmp, uuid.uuid4().hex[:6], partitions=args.partitions, serve=True)
+    run.start()
+    try:
+        run.warm_up(_messages(args.warmup, seed=6) if args.warmup else [])
+        quiet = run.latency(messages[:per_run], rate)
+        event = json.loads(messages[0][1])
+        meta = event["object"]["metadata"]
+        workload = f"{event['cluster']}/{meta.get('namespace') or '_'}/{event['object']['kind']}/{meta['name']}"
+        ctx = multiprocessing.get_context("spawn")
+        ready, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
+        reader = ctx.Process(target=_reading, args=(f"http://127.0.0.1:{run.reads.port}", workload, args.readers,
+                                                    ready, stop, results))
+        reader.start()
+        ready.wait(60)
+        loaded = run.latency(messages[per_run:], rate)
+        stop.set()
+        loaded["readers"] = results.get(timeout=120)
+        reader.join(60)
+    finally:
+        run.close()
+    return {"benchmark": "pipeline: --serve's cost to the writer", "rate_events_per_second": rate,
+            "seconds_per_run": args.seconds, "reader_threads": args.readers,
+            "without_readers": quiet, "with_readers": loaded,
+            "writer_batch_p99_ratio": round(loaded["writer_batch_p99_seconds"] / quiet["writer_batch_p99_seconds"], 2),
+            "latency_p99_ratio": round(loaded["p99_seconds"] / quiet["p99_seconds"], 2)}
 
 
 def _pct(q, values):
@@ -368,6 +491,9 @@ def main():
     parser.add_argument("--scale-out-partitions", type=int,
                         help="raw partitions of the scale-out measurement (one, then two workers); 0 skips it "
                              "(6; pods 0)")
+    parser.add_argument("--serve-load", action="store_true",
+                        help="Only the cost of --serve to the writer: a latency run without, then with readers.")
+    parser.add_argument("--readers", type=int, default=4, help="hammering reader threads of --serve-load")
     parser.add_argument("--warmup", type=int, default=10000,
                         help="Events (other objects) run through the pipeline first: a production broker and "
                              "worker are warm (JIT, connections, group membership).")
@@ -377,6 +503,10 @@ def main():
     rate = args.rate or (2000 if pods else 1000)
     scale_out = (0 if pods else 6) if args.scale_out_partitions is None else args.scale_out_partitions
     per_run = rate * args.seconds
+    if args.serve_load:
+        with tempfile.TemporaryDirectory() as tmpdir, KafkaBroker() as broker:
+            print(json.dumps(serve_load(broker, Path(tmpdir), args, rate)))
+        return
     if pods:
         fleet = Fleet(max(events, per_run, args.warmup))
 
