@@ -57,8 +57,11 @@ class Family:
     def header(self) -> bytes:
         return self._header
 
-    def set(self, key, lines: bytes) -> None:
-        i = hash(key) & (CHUNKS - 1)
+    def set(self, key, lines: bytes, i: int | None = None) -> None:
+        """Set the object's lines; `i` is its part (``part_of(key)``) when the caller has it, as a
+        workload's record sets ten families of one key."""
+        if i is None:
+            i = hash(key) & (CHUNKS - 1)
         part = self.parts[i]
         if part is None:
             part = self.parts[i] = {}
@@ -83,6 +86,11 @@ class Family:
     def blocks(self) -> list[bytes]:
         """Every object's lines (references: cheap to take under a lock, joined after it)."""
         return [block for part in self.parts if part for block in part.values()]
+
+
+def part_of(key) -> int:
+    """The part of every family an object's key falls in."""
+    return hash(key) & (CHUNKS - 1)
 
 
 def build(*specs: tuple) -> dict[str, Family]:
@@ -156,14 +164,49 @@ def labels(*written: str, **values) -> str:
     return ",".join(out)
 
 
+def workload_labels(cluster, namespace, workload, kind) -> str:
+    """``labels(cluster=, namespace=, workload=, kind=)``, the prefix of every line of a workload:
+    written at once when the four are non-empty texts that need no escaping (nearly always)."""
+    if cluster and namespace and workload and kind:
+        try:
+            plain = _NEEDS_ESCAPE.search(cluster + namespace + workload + kind) is None
+        except TypeError:   # not all texts
+            plain = False
+        if plain:
+            return f'cluster="{cluster}",namespace="{namespace}",workload="{workload}",kind="{kind}"'
+    return labels(cluster=cluster, namespace=namespace, workload=workload, kind=kind)
+
+
+def component_labels(prefix: str, component, instance) -> str:
+    """``labels(prefix, component=, component_instance=)``: written at once for a plain component
+    name without an instance (most components)."""
+    if instance is None and prefix and component and component.__class__ is str \
+            and _NEEDS_ESCAPE.search(component) is None:
+        return f'{prefix},component="{component}"'
+    return labels(prefix, component=component, component_instance=instance)
+
+
 def number(value) -> str:
     """A sample value: integers without a fraction, other numbers as Python's shortest repr (which
     Prometheus' parser reads)."""
+    text = _NUMBERS.get(value)
+    if text is not None:
+        return text
     if value.__class__ is int:
-        return str(value)
-    if value.is_integer() and -2**53 < value < 2**53:
-        return str(int(value))
-    return repr(float(value))
+        text = str(value)
+    elif value.is_integer() and -2**53 < value < 2**53:
+        text = str(int(value))
+    else:
+        return repr(float(value))
+    if -_KEEP < value < _KEEP and len(_NUMBERS) < _KEEP:
+        _NUMBERS[value] = text   # 2 and 2.0 are one key and one text
+    return text
+
+
+# The texts of the whole numbers records repeat (pods, GPUs, cores): written once.  Only those
+# below 2^53 in size, where an int and the float equal to it have the same text.
+_KEEP = 4096
+_NUMBERS: dict = {}
 
 
 def resource_label(name: str) -> str:
@@ -171,12 +214,21 @@ def resource_label(name: str) -> str:
     return _NOT_ALNUM.sub("_", name)
 
 
-def resource_lines(family: str, prefix: str, amounts: dict) -> str:
+def resource_lines(family: str, prefix: str, cpu, memory, gpu_resources: dict | None) -> str:
     """The lines of a ``*_resource_requests``/``*_allocatable`` family for one object: cpu, memory and each
-    GPU resource of `amounts` (``{cpu, memory, gpuResources}`` as the records carry them)."""
+    GPU resource (``cpu, memory, gpuResources`` as the records carry them)."""
     head = f"{family}{{{prefix}," if prefix else f"{family}{{"
-    out = [f'{head}resource="cpu",unit="core"}} {number(amounts.get("cpu") or 0)}\n',
-           f'{head}resource="memory",unit="byte"}} {number(amounts.get("memory") or 0)}\n']
-    for name, count in sorted((amounts.get("gpuResources") or {}).items()):
-        out.append(f'{head}resource="{escape(resource_label(name))}",unit="integer"}} {number(count)}\n')
-    return "".join(out)
+    out = f'{head}resource="cpu",unit="core"}} {number(cpu or 0)}\n{head}resource="memory",unit="byte"}} ' \
+          f'{number(memory or 0)}\n'
+    if gpu_resources:
+        for name, count in sorted(gpu_resources.items()):
+            label = _RESOURCES.get(name)
+            if label is None:
+                label = escape(resource_label(name))
+                if len(_RESOURCES) < _KEEP:
+                    _RESOURCES[name] = label
+            out += f'{head}resource="{label}",unit="integer"}} {number(count)}\n'
+    return out
+
+
+_RESOURCES: dict[str, str] = {}   # resource name -> its label value (a fleet has a few)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import sys
 import threading
 import time
 from collections import Counter as Tally
@@ -34,7 +35,8 @@ from prometheus_client.core import CounterMetricFamily
 
 from workloadmap.catalog import records
 
-from .families import NODE_FAMILIES, POD_FAMILIES, STATES, WORKLOAD_FAMILIES, build, labels, number, resource_lines
+from .families import (NODE_FAMILIES, POD_FAMILIES, STATES, WORKLOAD_FAMILIES, build, component_labels, labels, number,
+                       part_of, resource_lines, workload_labels)
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ KINDS = (WORKLOADS, PODS, NODES, TRANSITIONS, DEADLETTERS)
 # Only the fields the series need are decoded (msgspec skips the rest of a record unparsed).
 
 
-class Resources(msgspec.Struct):
+# gc=False: a workload's state keeps its total and components (no cycle can form in decoded
+# records), and untracked objects are 16 bytes smaller and never walked by the collector.
+class Resources(msgspec.Struct, gc=False):
     gpu: float = 0
     cpu: float = 0
     memory: float = 0
@@ -55,7 +59,7 @@ class Resources(msgspec.Struct):
     pods: int = 0
 
 
-class Component(msgspec.Struct):
+class Component(msgspec.Struct, gc=False):
     name: str
     instance: str | None = None
     pods: int = 0
@@ -134,6 +138,8 @@ _DECODERS = {WORKLOADS: msgspec.json.Decoder(WorkloadRecord), PODS: msgspec.json
              DEADLETTERS: msgspec.json.Decoder(DeadLetter)}
 _VOCABULARY = frozenset(STATES) | {records.DELETED}
 _POD_STATES = frozenset({"Pending", "Bound", "Terminated"})
+# Per status, the status lines after their common head: `state"} 1` for it and `state"} 0` for the others.
+_STATE_LINES = {current: [f'{state}"}} {1 if state == current else 0}\n' for state in STATES] for current in STATES}
 
 
 class Rejected(ValueError):
@@ -160,10 +166,33 @@ def unix_seconds(text: str | None) -> float | None:
     """An RFC 3339 instant as Unix seconds (None when absent or unreadable: the series is left out)."""
     if not text:
         return None
+    at = _SECONDS.get(text, _UNREAD)
+    if at is not _UNREAD:
+        return at
     try:
-        return datetime.fromisoformat(text).timestamp()
+        at = datetime.fromisoformat(text).timestamp()
     except ValueError:
-        return None
+        at = None
+    if len(_SECONDS) >= _SECONDS_KEPT:
+        _SECONDS.clear()
+    _SECONDS[text] = at
+    return at
+
+
+# Instants repeat (a batch's observation times, a rollout's creation times): each read once while
+# it recurs.  Bounded: cleared when full.
+_SECONDS: dict[str, float | None] = {}
+_SECONDS_KEPT = 8192
+_UNREAD = object()
+
+
+def _time_line(family, key: tuple, i: int, prefix: str, text: str | None) -> None:
+    """A workload's line of a Unix-time family, or none when the instant is absent or unreadable."""
+    at = unix_seconds(text)
+    if at is None:
+        family.drop(key)
+    else:
+        family.set(key, f"{family.name}{{{prefix}}} {number(at)}\n".encode(), i)
 
 
 # --------------------------------------------------------------------------- pipeline health
@@ -245,14 +274,39 @@ class WatcherCounts:
 
 
 class WorkloadState:
-    """What a workload's lines were written from, so that a record rewrites only the lines it changes."""
+    """What a workload's lines were written from, so that a record rewrites only the lines it changes.
+
+    It is kept for every live workload: the texts a fleet repeats (namespaces, kinds, frameworks,
+    definitions, statuses, component names) are interned, and what a record does not change is
+    kept from the previous state (`old`) rather than the record's equal copy."""
 
     __slots__ = ("ident", "prefix", "framework", "definition", "status", "since", "created", "total", "components")
 
-    def __init__(self, r: WorkloadRecord, prefix: str):
-        self.ident, self.prefix = (r.namespace, r.name, r.kind), prefix
-        self.framework, self.definition, self.status = r.framework, r.definition, r.status
-        self.since, self.created, self.total, self.components = r.statusSince, r.creationTimestamp, r.total, r.components
+    def __init__(self, r: WorkloadRecord, prefix: str, old: WorkloadState | None):
+        self.prefix, self.since, self.created = prefix, r.statusSince, r.creationTimestamp
+        if old is None:
+            self.ident = (_interned(r.namespace), r.name, _interned(r.kind))
+            self.framework, self.definition = _interned(r.framework), _interned(r.definition)
+            self.status, self.total, self.components = _interned(r.status), r.total, _interned_names(r.components)
+            return
+        self.ident = old.ident
+        self.framework = old.framework if old.framework == r.framework else _interned(r.framework)
+        self.definition = old.definition if old.definition == r.definition else _interned(r.definition)
+        self.status = old.status if old.status == r.status else _interned(r.status)
+        self.total = old.total if old.total == r.total else r.total
+        self.components = old.components if old.components == r.components else _interned_names(r.components)
+
+
+def _interned(text: str | None) -> str | None:
+    return text if text is None else sys.intern(text)
+
+
+def _interned_names(components: list) -> list:
+    for c in components:
+        c.name = sys.intern(c.name)
+        if c.instance is not None:
+            c.instance = sys.intern(c.instance)
+    return components
 
 
 class PodState:
@@ -342,7 +396,7 @@ class Tracker:
         """
         health, names = self.health, topic_names or {}
         counts, newest, rejected = Tally(), {}, 0
-        delays: list = []
+        delays = Tally()   # (kind, observedAt) -> records: a batch's records share a few instants
         started = time.perf_counter()
         with self.lock:
             for kind, value, key in messages:
@@ -363,7 +417,7 @@ class Tracker:
                 if observed and observed > newest.get(cluster, ""):
                     newest[cluster] = observed
                 if caught_up and observed:
-                    delays.append((kind, observed))
+                    delays[kind, observed] += 1
         now = time.time()
         for (cluster, kind), n in counts.items():
             health.records.labels(cluster, names.get(kind, kind)).inc(n)
@@ -372,10 +426,16 @@ class Tracker:
             if at is not None and at > self.newest.get(cluster, 0.0):
                 self.newest[cluster] = at
                 health.last_event.labels(cluster).set(at)
-        for kind, observed in delays:
+        children: dict = {}
+        for (kind, observed), n in delays.items():
             at = unix_seconds(observed)
             if at is not None:
-                health.delay.labels(health.consumer, names.get(kind, kind)).observe(max(0.0, now - at))
+                child = children.get(kind)
+                if child is None:
+                    child = children[kind] = health.delay.labels(health.consumer, names.get(kind, kind))
+                delay = max(0.0, now - at)
+                for _ in range(n):
+                    child.observe(delay)
         health.batch.labels(health.consumer).observe(time.perf_counter() - started)
         health.objects.labels("workload").set(len(self.workloads))
         health.objects.labels("pod").set(len(self.pods))
@@ -393,39 +453,35 @@ class Tracker:
             self._drop_workload(key)
             return
         old = self.workloads.get(key)
+        if old is None:
+            key = (sys.intern(r.cluster), r.uid)   # the key every family keeps for the workload
         if old is None or old.ident != (r.namespace, r.name, r.kind):
             old = None   # a first record (a uid's namespace, name and kind never change): every line written
-            prefix = labels(cluster=r.cluster, namespace=r.namespace, workload=r.name, kind=r.kind)
+            prefix = workload_labels(r.cluster, r.namespace, r.name, r.kind)
         else:
             prefix = old.prefix
-        self.workloads[key] = WorkloadState(r, prefix)
+        state = self.workloads[key] = WorkloadState(r, prefix, old)
+        i = part_of(key)   # the same part in every family
         (info, status, since, created, pods, gpus, resources,
          c_pods, c_gpus, c_resources) = self._workload_families
         # Only the lines whose inputs changed are written again: most records change the status alone.
         if old is None or (old.framework, old.definition) != (r.framework, r.definition):
             info.set(key, f"workloadmap_workload_info{{{labels(prefix, framework=r.framework, definition=r.definition)}"
-                          f"}} 1\n".encode())
+                          f"}} 1\n".encode(), i)
         if old is None or old.status != r.status:
             head = f'workloadmap_workload_status{{{prefix},status="'
-            status.set(key, "".join([f'{head}{state}"}} {1 if state == r.status else 0}\n' for state in STATES])
-                       .encode())
-        for family, text, before in ((since, r.statusSince, old and old.since),
-                                     (created, r.creationTimestamp, old and old.created)):
-            if old is not None and text == before:
-                continue
-            at = unix_seconds(text)
-            if at is None:
-                family.drop(key)
-            else:
-                family.set(key, f"{family.name}{{{prefix}}} {number(at)}\n".encode())
+            status.set(key, (head + head.join(_STATE_LINES[r.status])).encode(), i)
+        if old is None or r.statusSince != old.since:
+            _time_line(since, key, i, prefix, r.statusSince)
+        if old is None or r.creationTimestamp != old.created:
+            _time_line(created, key, i, prefix, r.creationTimestamp)
         total = r.total
-        if old is None or old.total != total:
-            pods.set(key, f"workloadmap_workload_requested_pods{{{prefix}}} {total.pods}\n".encode())
-            gpus.set(key, f"workloadmap_workload_requested_gpus{{{prefix}}} {number(total.gpu)}\n".encode())
-            resources.set(key, resource_lines("workloadmap_workload_resource_requests", prefix,
-                                              {"cpu": total.cpu, "memory": total.memory,
-                                               "gpuResources": total.gpuResources}).encode())
-        if old is not None and old.components == r.components:
+        if old is None or state.total is not old.total:   # (kept from the old state when equal)
+            pods.set(key, f"workloadmap_workload_requested_pods{{{prefix}}} {total.pods}\n".encode(), i)
+            gpus.set(key, f"workloadmap_workload_requested_gpus{{{prefix}}} {number(total.gpu)}\n".encode(), i)
+            resources.set(key, resource_lines("workloadmap_workload_resource_requests", prefix, total.cpu,
+                                              total.memory, total.gpuResources).encode(), i)
+        if old is not None and state.components is old.components:
             return
         if not r.components:
             for family in (c_pods, c_gpus, c_resources):
@@ -433,23 +489,26 @@ class Tracker:
             return
         merged: dict[tuple, list] = {}   # (name, instance) -> [pods, gpu, cpu, memory, gpuResources]
         for c in r.components:
-            m = merged.setdefault((c.name, c.instance), [0, 0.0, 0.0, 0.0, {}])
+            m = merged.get((c.name, c.instance))
+            if m is None:
+                m = merged[c.name, c.instance] = [0, 0.0, 0.0, 0.0, {}]
+            t = c.total
             m[0] += c.pods
-            m[1] += c.total.gpu
-            m[2] += c.total.cpu
-            m[3] += c.total.memory
-            for name, n in (c.total.gpuResources or {}).items():
-                m[4][name] = m[4].get(name, 0) + n
+            m[1] += t.gpu
+            m[2] += t.cpu
+            m[3] += t.memory
+            if t.gpuResources:
+                for name, n in t.gpuResources.items():
+                    m[4][name] = m[4].get(name, 0) + n
         p_lines, g_lines, r_lines = [], [], []
         for (name, instance), (n_pods, gpu, cpu, memory, by_resource) in merged.items():
-            cp = labels(prefix, component=name, component_instance=instance)
+            cp = component_labels(prefix, name, instance)
             p_lines.append(f"workloadmap_component_requested_pods{{{cp}}} {n_pods}\n")
             g_lines.append(f"workloadmap_component_requested_gpus{{{cp}}} {number(gpu)}\n")
-            r_lines.append(resource_lines("workloadmap_component_resource_requests", cp,
-                                          {"cpu": cpu, "memory": memory, "gpuResources": by_resource}))
-        c_pods.set(key, "".join(p_lines).encode())
-        c_gpus.set(key, "".join(g_lines).encode())
-        c_resources.set(key, "".join(r_lines).encode())
+            r_lines.append(resource_lines("workloadmap_component_resource_requests", cp, cpu, memory, by_resource))
+        c_pods.set(key, "".join(p_lines).encode(), i)
+        c_gpus.set(key, "".join(g_lines).encode(), i)
+        c_resources.set(key, "".join(r_lines).encode(), i)
 
     def _drop_workload(self, key: tuple) -> None:
         self.workloads.pop(key, None)
@@ -576,9 +635,8 @@ class Tracker:
         info.set(key, ("workloadmap_node_info{" + labels(prefix, gpu_product=n.gpuProduct, instance_type=n.instanceType,
                                                          node_pool=n.nodePool, zone=n.zone) + "} 1\n").encode())
         a = r.allocatable
-        allocatable.set(key, resource_lines("workloadmap_node_resource_allocatable", prefix,
-                                            {"cpu": a.cpu, "memory": a.memory,
-                                             "gpuResources": a.gpuResources}).encode())
+        allocatable.set(key, resource_lines("workloadmap_node_resource_allocatable", prefix, a.cpu, a.memory,
+                                            a.gpuResources).encode())
         unschedulable.set(key, f"workloadmap_node_unschedulable{{{prefix}}} {int(r.unschedulable)}\n".encode())
 
     # ------------------------------------------------------------------ out
