@@ -203,8 +203,8 @@ def number(value) -> str:
     return text
 
 
-# The texts of the whole numbers records repeat (pods, GPUs, cores): written once.  Only those
-# below 2^53 in size, where an int and the float equal to it have the same text.
+# The texts of the small whole numbers records repeat (pods, GPUs, cores): written once.  An int
+# and the float equal to it (one key of the dict) have the same text at these sizes.
 _KEEP = 4096
 _NUMBERS: dict = {}
 
