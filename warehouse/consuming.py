@@ -179,6 +179,9 @@ def _check_whole(kept) -> list:
 
 
 CAUGHT_UP_POLL_S = 0.02  # a poll this long that brings nothing: the writer has caught up
+# A batch gathers for at least this many times the last batch's write (its CPU time) after its first
+# message, so that its fixed cost is shared by more records when writing is costly (see poll_batch).
+GATHER_PER_WRITE = 2.0
 
 
 ASSIGN_EVERY_S = 10.0  # how often the writer looks for partitions it does not read yet
@@ -237,6 +240,7 @@ class KafkaWarehouseWriter:
         self._consumer = None
         self._producer = None
         self._last_snapshot = 0.0
+        self._last_write_s = 0.0   # the CPU time of the last batch's write (poll_batch)
         self._closed = False
 
     # ------------------------------------------------------------------ Kafka clients
@@ -296,10 +300,19 @@ class KafkaWarehouseWriter:
     def poll_batch(self) -> WriteResult | None:
         """Read up to batch_size messages and write them.
 
-        A batch ends when it is full, after max_wait_ms, or as soon as the writer has caught
-        up (a short poll brings nothing more): the processors' records become readable a
-        transaction at a time, so waiting for more after a transaction's records only adds
-        latency, while under load the polls keep bringing records and batches grow large.
+        A batch ends when it is full, after max_wait_ms, or once the writer has caught up (a
+        short poll brings nothing more) and the batch has gathered for GATHER_PER_WRITE times
+        the last batch's write (its CPU time, this thread's: DuckDB runs the writer's statements
+        on it) since its first message.  Why that wait: a batch costs a dozen
+        statements whatever its size, and the processors' records become readable a
+        transaction at a time (every 0.2 s under load), so a batch that ended when caught up
+        held one transaction's records and its fixed cost was most of the writer's CPU per
+        record (bench/RESULTS.md).  The wait follows the cost: an idle writer's small batch
+        writes in milliseconds and waits as little; a busy one's write costs more, the next
+        batch gathers longer and shares its fixed cost among more records, the latency it adds
+        bounded by max_wait_ms.  CPU time, not wall time: on cores shared with other work a
+        write's wall time grows with the wait for a core, and gathering longer then would only
+        add latency.
         """
         if self._consumer is None:
             self._connect()
@@ -308,19 +321,30 @@ class KafkaWarehouseWriter:
         if not self._assigned:  # none of the topics exists yet
             self._stop.wait(self.max_wait_ms / 1000)
             return None
-        deadline = time.monotonic() + self.max_wait_ms / 1000
+        max_wait = self.max_wait_ms / 1000
+        deadline = time.monotonic() + max_wait
+        gathered = None   # until when the batch gathers at least, from its first message on
         while len(self._pending) < self.batch_size and not self._stop.is_set():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 break
-            timeout = min(left, CAUGHT_UP_POLL_S) if self._pending else left
+            if self._pending:
+                if gathered is None:
+                    gathered = now + min(GATHER_PER_WRITE * self._last_write_s, max_wait)
+                timeout = min(left, max(gathered - now, CAUGHT_UP_POLL_S))
+            else:
+                timeout = left
             polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)),
                                          max_records=self.batch_size - len(self._pending))
-            if not polled and self._pending:
+            if not polled and self._pending and time.monotonic() >= gathered:
                 break
             for messages in polled.values():
                 self._pending.extend(messages)
+        began = time.thread_time()
         result = self._flush()
+        if result is not None:
+            self._last_write_s = time.thread_time() - began
         self._maybe_snapshot()
         return result
 

@@ -120,6 +120,44 @@ def stream(n_workloads: int, prefix: str) -> list[dict]:
     return [per[i][k] for k in range(6) for i in range(n_workloads)]
 
 
+class _Transactions:
+    """A consumer's polls as a read_committed consumer sees the processors' output: the records of a
+    transaction all at once when it commits (here: one poll's answer at a given time), nothing between."""
+
+    def __init__(self, batches: list[tuple[float, list]]):
+        self.started = time.monotonic()
+        self.batches = batches   # (seconds after the start, messages) in order
+
+    def poll(self, timeout_ms, max_records):
+        due = self.started + self.batches[0][0] if self.batches else None
+        deadline = time.monotonic() + timeout_ms / 1000
+        if due is None or due > deadline:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            return {}
+        time.sleep(max(0.0, due - time.monotonic()))
+        return {("workloads", 0): self.batches.pop(0)[1]}
+
+
+def test_a_batch_gathers_for_twice_the_last_writes_cpu_time(tmp_path):
+    """Two transactions' records 0.15 s apart: after a write that cost 0.1 s of CPU the batch gathers
+    for 0.2 s and holds both; after a write that cost nothing it ends when a poll brings nothing (the
+    first transaction alone)."""
+    Message = collections.namedtuple("Message", "topic partition offset key value")
+    recs = lifecycle()
+    msgs = [Message(WORKLOADS, 0, i, b"k", json.dumps(r).encode()) for i, r in enumerate(recs)]
+    for cost, batch_sizes in ((0.1, [len(msgs)]), (0.0, [2])):
+        writer = KafkaWarehouseWriter("127.0.0.1:1", tmp_path / f"w-{cost}.duckdb", max_wait_ms=1000)
+        sizes = []
+        writer.on_batch = lambda result, count: sizes.append(count)
+        writer._consumer = _Transactions([(0.05, msgs[:2]), (0.2, msgs[2:])])
+        writer._assigned, writer._assign_checked = frozenset({("workloads", 0)}), time.monotonic()
+        writer._last_write_s = cost
+        writer.poll_batch()
+        writer._consumer = None   # (nothing to close)
+        writer.close()
+        assert sizes == batch_sizes, cost
+
+
 def test_kafka_writer_end_to_end(kafka_broker, tmp_path):
     bootstrap = kafka_broker.bootstrap_servers
     topics = create_topics(bootstrap)
