@@ -130,10 +130,10 @@ class Fleet:
         return out
 
 
-def _publishing(bootstrap_servers, topic, messages, rate, ready, go, results):
+def _publishing(bootstrap_servers, topic, messages, rate, ready, go, results, options):
     """Child process: publish `messages` (at `rate` events/s, or as fast as possible when None)."""
     sent = []
-    with KafkaPublisher(bootstrap_servers, topic=topic) as publisher:
+    with KafkaPublisher(bootstrap_servers, topic=topic, **options) as publisher:
         ready.set()
         go.wait()
         cpu_before = cpu_seconds()
@@ -149,13 +149,17 @@ def _publishing(bootstrap_servers, topic, messages, rate, ready, go, results):
         results.put((sent, time.time(), cpu_seconds() - cpu_before))
 
 
+PUBLISHER_OPTIONS: dict = {}   # KafkaPublisher's settings other than its defaults (--linger-ms)
+
+
 def publish(bootstrap_servers, topic, messages, rate=None):
     """Publish `messages` from a process of its own, as the watchers do in production (it does
     not share the writer's interpreter lock).  Returns (time the sending began, (send times,
     time flushed, the publisher's CPU seconds)); the producer connects before the clock starts."""
     ctx = multiprocessing.get_context("spawn")
     ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
-    child = ctx.Process(target=_publishing, args=(bootstrap_servers, topic, messages, rate, ready, go, results))
+    child = ctx.Process(target=_publishing,
+                        args=(bootstrap_servers, topic, messages, rate, ready, go, results, PUBLISHER_OPTIONS))
     child.start()
     if not ready.wait(120):
         child.kill()
@@ -338,6 +342,17 @@ class Run:
             publish(self.broker.bootstrap_servers, self.raw_topic, warmup)
             self.wait([k for _, _, k in warmup if k is not None])
 
+    def cpu_ms_per_event(self, before: dict, n: int, publisher_cpu: float) -> dict:
+        """CPU milliseconds per event of each process since `before` (a ``cpu()``), over n events."""
+        after = self.cpu()
+        # (a compiler thread that ended meanwhile is left out: the JIT's share is a lower bound)
+        jit_before, jit_after = before.pop("broker_jit"), after.pop("broker_jit")
+        cpu_ms = {name: round((after[name] - before[name]) * 1000 / n, 4) for name in after}
+        cpu_ms["broker_jit"] = round(sum(t - jit_before.get(k, 0.0) for k, t in jit_after.items()) * 1000 / n, 4)
+        cpu_ms["publisher"] = round(publisher_cpu * 1000 / n, 4)
+        cpu_ms["total"] = round(sum(v for k, v in cpu_ms.items() if k != "broker_jit"), 4)
+        return cpu_ms
+
     def sustained(self, messages) -> dict:
         """Publish `messages` as fast as possible: events/s to DuckDB visibility and CPU ms per event
         (the rate runs until the last record is visible: the events after it make none)."""
@@ -346,14 +361,8 @@ class Run:
         started, (_, published, publisher_cpu) = publish(self.broker.bootstrap_servers, self.raw_topic, messages)
         keys = [k for _, _, k in messages if k is not None]
         self.wait(keys)
-        cpu_after = self.cpu()
         n = len(messages)
-        # (a compiler thread that ended meanwhile is left out: the JIT's share is a lower bound)
-        jit_before, jit_after = cpu_before.pop("broker_jit"), cpu_after.pop("broker_jit")
-        cpu_ms = {name: round((cpu_after[name] - cpu_before[name]) * 1000 / n, 4) for name in cpu_after}
-        cpu_ms["broker_jit"] = round(sum(t - jit_before.get(k, 0.0) for k, t in jit_after.items()) * 1000 / n, 4)
-        cpu_ms["publisher"] = round(publisher_cpu * 1000 / n, 4)
-        cpu_ms["total"] = round(sum(v for k, v in cpu_ms.items() if k != "broker_jit"), 4)
+        cpu_ms = self.cpu_ms_per_event(cpu_before, n, publisher_cpu)
         seconds = max(self.visible[k] for k in keys) - started
         return {"events": n, "recorded_events": len(keys), "publish_seconds": round(published - started, 2),
                 "events_per_second": round(n / seconds), "cpu_ms_per_event": cpu_ms,
@@ -365,10 +374,12 @@ class Run:
         batches_before, pauses_before = len(self.batch_seconds), len(self.pause_seconds)
         load = os.getloadavg()[0]
         writer_cpu = cpu_seconds()
-        _, (times, _, _) = publish(self.broker.bootstrap_servers, self.raw_topic, messages, rate=rate)
+        cpu_before = self.cpu()
+        _, (times, _, publisher_cpu) = publish(self.broker.bootstrap_servers, self.raw_topic, messages, rate=rate)
         sent = {k: t for (_, _, k), t in zip(messages, times) if k is not None}
         self.wait(list(sent))
         writer_cpu = cpu_seconds() - writer_cpu
+        cpu_ms = self.cpu_ms_per_event(cpu_before, len(messages), publisher_cpu)
         batches = sorted(self.batch_seconds[batches_before:])
         pauses = sorted(self.pause_seconds[pauses_before:])
         latencies = sorted(self.visible[k] - t for k, t in sent.items())
@@ -391,6 +402,7 @@ class Run:
                 "writer_batch_max_seconds": round(batches[-1], 3) if batches else None,
                 # the writer's process (its HTTP threads too, with --serve-load), per event
                 "writer_cpu_ms_per_event": round(writer_cpu * 1000 / len(messages), 3),
+                "cpu_ms_per_event": cpu_ms,   # every process's
                 **({"answer_pauses": len(pauses), "answer_pause_p50_seconds": _pct(0.50, pauses),
                     "answer_pause_p99_seconds": _pct(0.99, pauses),
                     "answer_pause_max_seconds": round(pauses[-1], 3) if pauses else None,
@@ -519,7 +531,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=10000,
                         help="Events (other objects) run through the pipeline first: a production broker and "
                              "worker are warm (JIT, connections, group membership).")
+    parser.add_argument("--linger-ms", type=int,
+                        help="the publisher's linger (KafkaPublisher's default otherwise), to compare")
     args = parser.parse_args()
+    if args.linger_ms is not None:
+        PUBLISHER_OPTIONS["linger_ms"] = args.linger_ms
     pods = args.stream == "pods"
     events = args.events or (60000 if pods else 30000)
     rate = args.rate or (2000 if pods else 1000)
@@ -542,7 +558,8 @@ def main():
 
         def messages_of(n, tag):
             return _messages(n, seed=6) if tag == "warmup" else phases[tag]
-    result = {"benchmark": "pipeline publish-to-duckdb", "stream": args.stream, "warmup_events": args.warmup}
+    result = {"benchmark": "pipeline publish-to-duckdb", "stream": args.stream, "warmup_events": args.warmup,
+              "publisher_options": PUBLISHER_OPTIONS}
     with tempfile.TemporaryDirectory() as tmpdir, KafkaBroker() as broker:
         tmp = Path(tmpdir)
         run = Run(broker, tmp, uuid.uuid4().hex[:6], partitions=args.partitions)
