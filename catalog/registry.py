@@ -61,6 +61,7 @@ class Catalog:
         self.resolver = resolver
         self.lookup = lookup
         self._referenced = None
+        self._found: dict[tuple[str, str], Definition] = {}
         self._by_name: dict[str, Definition] = {}
         self._by_kind: dict[tuple[str, str], list[Definition]] = {}
         for d in definitions:
@@ -121,6 +122,7 @@ class Catalog:
         self._by_kind.setdefault(key, []).append(definition)
         self._by_name[definition.name] = definition
         self._referenced = None
+        self._found = {}   # a new dict: a find running meanwhile fills the old one
 
     def add_file(self, path: str, origin: str = "file") -> list[Definition]:
         with open(path, encoding="utf-8") as fh:
@@ -156,7 +158,20 @@ class Catalog:
     def kinds(self) -> list[GVK]:
         return sorted({d.gvk for d in self._by_name.values()}, key=str)
 
+    FOUND_KEPT = 4096   # (apiVersion, kind) pairs whose definition is remembered
+
     def find(self, api_version: str, kind: str) -> Definition:
+        """The definition of objects of `api_version` and `kind` (remembered per pair until a
+        definition is added: asked once per object at every stage)."""
+        found = self._found
+        definition = found.get((api_version, kind))
+        if definition is None:
+            definition = self._find(api_version, kind)
+            if len(found) < self.FOUND_KEPT:
+                found[api_version, kind] = definition
+        return definition
+
+    def _find(self, api_version: str, kind: str) -> Definition:
         group, _, version = (api_version or "").rpartition("/")
         candidates = self._by_kind.get((group, kind))
         if not candidates:

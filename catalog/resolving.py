@@ -236,29 +236,30 @@ class Resolver:
 
     @staticmethod
     def _workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods):
-        generation = meta.get("generation")
-        labels = meta.get("labels")
+        generation, labels = meta.get("generation"), meta.get("labels")
+        version, created = meta.get("resourceVersion"), meta.get("creationTimestamp")
+        # positional, in ResolvedWorkload's field order (once per object: keywords cost more)
         return ResolvedWorkload(
-            api_version=obj.get("apiVersion") or definition.gvk.api_version,
-            kind=obj.get("kind") or definition.gvk.kind,
-            namespace=meta.get("namespace"),
-            name=meta.get("name"),
-            uid=meta.get("uid"),
-            resource_version=as_text(meta.get("resourceVersion")),
-            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-            creation_timestamp=as_text(meta.get("creationTimestamp")),
-            definition=definition.name,
-            origin=definition.origin,
-            framework=definition.framework,
-            status=status,
-            statuses=statuses,
-            phase=phase,
-            conditions=conditions,
-            components=views,
-            total=total,
-            pods=pods,
-            labels=labels if isinstance(labels, dict) else {},
-            pod_group=pod_group_record(definition, views) if definition.has_pod_group else None,
+            obj.get("apiVersion") or definition.gvk.api_version,
+            obj.get("kind") or definition.gvk.kind,
+            meta.get("namespace"),
+            meta.get("name"),
+            meta.get("uid"),
+            version if version.__class__ is str else as_text(version),
+            generation if generation.__class__ is int else None,
+            created if created.__class__ is str else as_text(created),
+            definition.name,
+            definition.origin,
+            definition.framework,
+            status,
+            statuses,
+            phase,
+            conditions,
+            views,
+            total,
+            pods,
+            labels if isinstance(labels, dict) else {},
+            pod_group_record(definition, views) if definition.has_pod_group else None,
         )
 
     def reference(self, obj: dict, definition: Definition, lookup=None) -> ResolvedWorkload:

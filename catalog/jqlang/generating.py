@@ -225,6 +225,18 @@ def _iterated(e: ast.expr) -> ast.expr:
     return ast.IfExp(test=is_(class_of(e), name("list")), body=e, orelse=call("_iterate", e))
 
 
+def _item(e: ast.Name, i: int) -> ast.expr:
+    """`.[i]` of a name: an item a list has (i >= 0 below its length; -1 of a non-empty one)
+    inline, the rest (past the end, other values, errors) by jq's index."""
+    if i >= 0:
+        has = ast.Compare(left=call("len", e), ops=[ast.Gt()], comparators=[const(i)])
+    else:
+        has = e   # a non-empty list
+    test = ast.BoolOp(op=ast.And(), values=[is_(class_of(e), name("list")), has])
+    return ast.IfExp(test=test, body=ast.Subscript(value=e, slice=const(i), ctx=ast.Load()),
+                     orelse=call("_index", e, const(i)))
+
+
 def _fast_add(a: ast.Name, b: ast.Name) -> ast.expr:
     """`a + b` of two names: two ints, two objects (merged, the right one's keys winning, in
     the order `dict.update` gives) and two lists within the size bound inline, the rest by jq_add."""
@@ -591,6 +603,9 @@ class Generator:
                 other = ast.IfExp(test=is_(base, const(None)), body=const(None), orelse=other)
             return ast.IfExp(test=is_(class_of(base), name("dict")), body=method(base, "get", key), orelse=other)
         key = self.value(node[2], inp, scope, stmts)
+        if isinstance(key, ast.Constant) and key.value.__class__ is int and key.value >= 0 \
+                and isinstance(base, ast.Name):
+            return _item(base, key.value)
         return call("_index", base, key)
 
     def v_slice(self, node, inp, scope, stmts):
@@ -727,6 +742,8 @@ class Generator:
         key = (fname, len(args))
         if key in VALUE_FUNCTIONS:
             vals = [self._simple(stmts, self.value(a, inp, scope, stmts)) for a in args]
+            if key in (("first", 0), ("last", 0)) and isinstance(inp, ast.Name):
+                return _item(inp, 0) if fname == "first" else _item(inp, -1)
             if key == ("length", 0) and isinstance(inp, ast.Name):
                 return ast.IfExp(test=is_(class_of(inp), name("list")), body=call("len", inp),
                                  orelse=call("_f_length_0", inp))
