@@ -144,3 +144,33 @@ def test_kafka_publisher_gzip_and_jsonl_replay(kafka_broker, tmp_path, messages)
     # leaving the block flushed: everything is there, in file order on one partition
     got = _consume(kafka_broker.bootstrap_servers, topic, len(messages))
     assert [(m.key, m.value) for m in sorted(got, key=lambda m: m.offset)] == [(k, v) for k, v, _ in messages]
+
+
+class _Cluster:
+    """The part of kafka-python's ClusterMetadata a partitioner reads: one topic's partitions."""
+
+    def __init__(self, partitions: int):
+        self.partitions = partitions
+
+    def topics(self, exclude_internal_topics=True):
+        return {"raw"}
+
+    def partitions_for_topic(self, topic):
+        return set(range(self.partitions))
+
+    available_partitions_for_topic = partitions_for_topic
+
+
+def test_the_publishers_partitioner_puts_each_key_where_the_default_one_does_when_partitions_are_added():
+    from kafka.partitioner import DefaultPartitioner
+
+    from workloadmap.ingest.publishing import key_partitioner
+
+    keys = [f"prod-us-east/team-{i:03d}".encode() for i in range(200)] + [b"research/", b""]
+    remembering, default = key_partitioner(), DefaultPartitioner()
+    for partitions in (3, 3, 6):   # asked twice (the second time from memory), then the topic grows
+        cluster = _Cluster(partitions)
+        expected = [default.partition("raw", k, k, None, None, cluster) for k in keys]
+        assert [remembering.partition("raw", k, k, None, None, cluster) for k in keys] == expected
+        assert len(set(expected)) == partitions   # (the keys spread over every partition)
+    assert remembering.partition("raw", None, None, b"v", b"v", _Cluster(3)) in range(3)   # no key: any
