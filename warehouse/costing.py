@@ -205,9 +205,10 @@ def cost_report(conn, since: datetime, until: datetime, *, by=("cluster",), step
     if roles and basis != ALLOCATED:
         raise ValueError("by role needs the allocated basis (roles are the pods' components)")
     by = tuple(dict.fromkeys(by))
-    bad = [d for d in by if d not in DIMENSIONS + ("role",)]
+    known = DIMENSIONS + ("role",)
+    bad = [d for d in by if d not in known]
     if bad:
-        raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(DIMENSIONS)})")
+        raise ValueError(f"cannot group by {', '.join(bad)} (choose among {', '.join(known)})")
     since, until = _window(since, until, step)
     columns = row_columns(by)
     by_workload = "workload" in columns
