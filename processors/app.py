@@ -139,7 +139,7 @@ class PartitionStates:
                     for m in messages:
                         key = m.key.decode()
                         if tp.topic == settings.owners_topic:
-                            state.pods.recover_owner(key, None if m.value is None else records.decode(m.value))
+                            state.recover_owner(key, None if m.value is None else records.decode(m.value))
                             continue
                         record = records.decode(m.value)
                         if tp.topic == settings.workloads_topic:
@@ -303,7 +303,8 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # Acks are manual and come last, so a committed offset never lacks its outputs.
         outputs = OutputBatches(app, settings.raw_topic, settings.exactly_once, OutputTopics(
             settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
-            settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic))
+            settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic),
+            settings.partitions)
         await outputs.start()
         async for events in event_batches(stream, MAX_BATCH):
             if not ready.is_set():

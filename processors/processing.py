@@ -28,6 +28,26 @@ of its own.
 Deletion ends a workload: its last record has ``deleted: true`` and status
 ``Deleted`` (it holds nothing from then on), and its last transition goes to
 ``Deleted``.
+
+Objects that definitions' references name (a TrainJob's ClusterTrainingRuntime)
+are no workloads: every worker keeps all of them (they are published with the
+definitions), and a workload resolved without one waits for it
+(``WaitingWorkloads``, per state store).  Such an object is keyed by its own
+namespace or name, so it usually lands on another raw partition than the
+workloads naming it; yet their new records must be written in their own
+partition's transaction (the records topic is their state).  So the worker
+that processes the object's raw event also relays a copy of it, in the same
+transaction, to every other raw partition (``Outputs.relays``); each
+partition's owner processes the copy as an ordinary event of its partition and
+resolves that partition's waiting workloads again, their records committed with
+the copy's offset.  Why not learn it from the definitions topic and resolve
+from there: a partition's transaction commits only with offsets of its own
+events, so records made outside them would wait in an open transaction on a
+quiet partition, and a timer committing them would race faust's commits.  The
+relay is in the raw topic until its offset commits, so a worker killed before
+the resolve finds it again; the waiting workloads survive the same way, as
+their raw events in the compacted owners topic (``waiting_key``), so a new
+owner of the partition knows them.
 """
 
 from __future__ import annotations
@@ -45,6 +65,7 @@ from .attributing import Attributing, PodStates, Rejected, is_node, is_pod, rv_n
 
 DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
 _NOTHING = ObjectIndex()   # the lookup of a cluster no referenced object came from yet
+WAITING_SUFFIX = "#references"   # owners topic keys of waiting workloads (a uid has no '#')
 
 
 @dataclass
@@ -57,7 +78,9 @@ class Outputs:
     definitions: list = field(default_factory=list)  # (cluster/name, WorkloadMap bytes or None when deleted)
     pods: list = field(default_factory=list)         # pod records (attributing.py)
     nodes: list = field(default_factory=list)        # node records
-    owners: list = field(default_factory=list)       # owner links and pending pods (attributing.py), or tombstones
+    owners: list = field(default_factory=list)       # owner links, pending pods (attributing.py) and waiting
+                                                     # workloads (waiting_key), or tombstones
+    relays: list = field(default_factory=list)       # referenced objects' events for every other raw partition
 
 
 def definition_key(cluster: str, name: str) -> bytes:
@@ -79,16 +102,83 @@ def references_found(record: dict) -> str:
     return "".join("1" if r.get("found") else "0" for r in record.get("references") or [])
 
 
+def waiting_key(state_key: str) -> bytes:
+    """The owners topic key of a workload waiting for referenced objects (beside its owner link)."""
+    return f"{state_key}{WAITING_SUFFIX}".encode()
+
+
+def related_ident(cluster: str, obj: dict) -> tuple:
+    """A referenced object as the workloads waiting for it name it: (cluster, group, kind, namespace, name)."""
+    meta = obj.get("metadata") or {}
+    return (cluster, str(obj.get("apiVersion") or "").rpartition("/")[0], obj.get("kind"),
+            meta.get("namespace") or None, meta.get("name"))
+
+
+class WaitingWorkloads:
+    """The workloads of one state store resolved without an object their references name: the latest
+    raw event of each, under every object it lacks, to resolve it again when that object comes."""
+
+    def __init__(self):
+        self.events: dict[str, dict] = {}          # state key -> the workload's latest raw event
+        self.lacks: dict[str, tuple] = {}          # state key -> the related_idents it was resolved without
+        self.by_object: dict[tuple, dict] = {}     # related_ident -> {state key: None}, in arrival order
+
+    def wait(self, state_key: str, event: dict, lacks: tuple) -> None:
+        self.drop(state_key)
+        self.events[state_key] = event
+        self.lacks[state_key] = lacks
+        for ident in lacks:
+            self.by_object.setdefault(ident, {})[state_key] = None
+
+    def drop(self, state_key: str) -> bool:
+        """Forget a workload; whether it was waiting."""
+        if self.events.pop(state_key, None) is None:
+            return False
+        for ident in self.lacks.pop(state_key):
+            keys = self.by_object.get(ident)
+            if keys is not None:
+                keys.pop(state_key, None)
+                if not keys:
+                    del self.by_object[ident]
+        return True
+
+    def waiting_for(self, ident: tuple) -> list[tuple[str, dict]]:
+        """(state key, raw event) of the workloads that lack this object."""
+        return [(key, self.events[key]) for key in self.by_object.get(ident, ())]
+
+    def message(self, state_key: str) -> tuple[bytes, bytes]:
+        """The owners topic message that keeps a waiting workload (``recover`` reads it back)."""
+        lacks = [list(ident[1:]) for ident in self.lacks[state_key]]
+        return waiting_key(state_key), records.encode({"workload": self.events[state_key], "lacks": lacks})
+
+    def recover(self, state_key: str, value: dict | None) -> None:
+        """One owners topic message of a waiting workload (the latest per key wins: compaction keeps it so)."""
+        if value is None:
+            self.drop(state_key)
+            return
+        event = value["workload"]
+        self.wait(state_key, event, tuple((event["cluster"], *ident) for ident in value["lacks"]))
+
+
 class MemoryStates(dict):
-    """Workload states by cluster/uid in a dict, and the pod, node and owner state (``pods``,
-    attributing.PodStates) beside them: the embedded pipeline's store (and the tests')."""
+    """Workload states by cluster/uid in a dict, and beside them the pod, node and owner state
+    (``pods``, attributing.PodStates) and the waiting workloads: the embedded pipeline's store (and
+    the tests')."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pods = PodStates()
+        self.waiting = WaitingWorkloads()
 
     def remember(self, key: str, record: dict, value: bytes) -> None:
         self[key] = summary_of(record)
+
+    def recover_owner(self, key: str, value: dict | None) -> None:
+        """One message of the owners topic (app.py's recovery): a waiting workload's, else attributing's."""
+        if key.endswith(WAITING_SUFFIX):
+            self.waiting.recover(key[:-len(WAITING_SUFFIX)], value)
+        else:
+            self.pods.recover_owner(key, value)
 
 
 def transition_of(record: dict) -> dict | None:
@@ -162,11 +252,6 @@ class Processor:
         # of each: every worker keeps all of them, as they learn the definitions (see apply_related)
         self._related: dict[str, ObjectIndex] = {}
         self._related_versions: dict[str, dict] = {}
-        # cluster -> referenced object (group, kind, namespace, name) -> state key -> (the latest raw
-        # event of a workload resolved without it, that workload's state store): resolved again when
-        # the object arrives on the same store (every partition in the embedded pipeline; the
-        # TrainJob's own partition for a namespaced runtime in the faust app), else at its next event
-        self._waiting: dict[str, dict] = {}
         self.attributing = Attributing(self.catalog_for)
 
     # -- definitions from clusters ------------------------------------------
@@ -235,44 +320,53 @@ class Processor:
             index.add(obj)
         return True
 
-    def _related_event(self, event: dict, out: Outputs, state):
-        """A referenced object: kept for the workloads that name it, and published with the cluster's
-        definitions so that every worker has it (the workloads naming it live on other partitions)."""
+    def _related_event(self, key, event: dict, out: Outputs, state):
+        """A referenced object: kept for the workloads that name it, published with the cluster's
+        definitions so that every worker has it, and relayed to the other raw partitions so that the
+        workloads waiting for it there are resolved again in their partition's transaction (see the
+        module docstring); a relayed copy does only the latter."""
         meta = event["object"].get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             raise Rejected(records.MISSING_FIELDS, "a referenced object needs metadata.name")
-        applied = self.apply_related(event)
-        ident = "/".join((str(event["object"].get("kind")), str(meta.get("namespace") or ""), meta["name"]))
-        out.definitions.append((definition_key(event["cluster"], f"related:{ident}"), records.encode(event)))
-        if applied and event["type"] != "DELETED":
+        self.apply_related(event)
+        deleted = event["type"] == "DELETED"
+        if event.get("relayed") is not True:
+            ident = "/".join((str(event["object"].get("kind")), str(meta.get("namespace") or ""), meta["name"]))
+            out.definitions.append((definition_key(event["cluster"], f"related:{ident}"), records.encode(event)))
+            if not deleted:   # a deletion resolves nothing again: the definitions topic tells the workers
+                out.relays.append((key, records.encode({**event, "relayed": True})))
+        if not deleted:
+            # whether or not this version was new here: the worker may have learnt it from the
+            # definitions topic before its waiting workloads' partition got this event
             self._resolve_waiting(event, state, out)
 
     def _resolve_waiting(self, event: dict, state, out: Outputs) -> None:
-        """The workloads resolved without this object, resolved again now (same resourceVersion, a
-        new record: the warehouse tells it apart by what it was resolved with, checking.version_key)."""
-        obj = event["object"]
-        meta = obj["metadata"]
-        ident = (str(obj.get("apiVersion") or "").rpartition("/")[0], obj.get("kind"), meta.get("namespace") or None,
-                 meta["name"])
-        waiting = self._waiting.get(event["cluster"], {}).get(ident)
-        if not waiting:
-            return
-        for state_key, (workload_event, store) in list(waiting.items()):
-            if store is state:
+        """The store's workloads resolved without this object, resolved again now (same resourceVersion,
+        a new record: the warehouse tells it apart by what it was resolved with, checking.version_key);
+        one that fails to resolve with it is dead-lettered, the others go on."""
+        for state_key, workload_event in state.waiting.waiting_for(related_ident(event["cluster"], event["object"])):
+            try:
                 self._workload_event({**workload_event, "observedAt": event["observedAt"]}, state, out, again=True)
+            except Rejected as exc:
+                value = records.encode(workload_event)
+                detail = f"resolved again with {event['object'].get('kind')} {event['object']['metadata']['name']}: "
+                letter = DeadLetter("processor", exc.reason, (detail + exc.detail)[:2000], value,
+                                    key=records.raw_key(workload_event["cluster"], workload_event["object"]))
+                out.dead_letters.append((letter.key, records.encode(letter.to_dict())))
 
-    def _note_waiting(self, event: dict, state_key: str, record: dict, state) -> None:
-        """Keep (or drop) a workload's latest event under each referenced object it was resolved without."""
-        cluster = event["cluster"]
-        by_object = self._waiting.setdefault(cluster, {})
-        for waiting in by_object.values():
-            waiting.pop(state_key, None)
-        if record.get("deleted"):
-            return
-        for ref in record.get("references") or []:
-            if not ref["found"] and ref["kind"] is not None:
-                ident = (ref["apiVersion"].rpartition("/")[0], ref["kind"], ref["namespace"], ref["objectName"])
-                by_object.setdefault(ident, {})[state_key] = (event, state)
+    def _note_waiting(self, event: dict, state_key: str, record: dict, state, out: Outputs) -> None:
+        """Keep (or drop) a workload's latest event under each referenced object it was resolved without,
+        in the store and in the owners topic (so that a restarted or new owner of the partition has it)."""
+        lacks = () if record.get("deleted") else tuple(
+            (event["cluster"], ref["apiVersion"].rpartition("/")[0], ref["kind"], ref["namespace"] or None,
+             ref["objectName"])
+            for ref in record.get("references") or () if not ref["found"] and ref["kind"] is not None)
+        waiting = state.waiting
+        if lacks:
+            waiting.wait(state_key, event, lacks)
+            out.owners.append(waiting.message(state_key))
+        elif waiting.drop(state_key):
+            out.owners.append((waiting_key(state_key), None))
 
     def _definition_event(self, event: dict, out: Outputs):
         try:
@@ -326,8 +420,11 @@ class Processor:
                 self._definition_event(event, out)
                 return
             if self.is_related(event):
-                self._related_event(event, out, state)
+                self._related_event(key, event, out, state)
                 return
+            if event.get("relayed") is True:
+                raise Rejected(records.WRONG_TYPES, f"a relayed event is for an object definitions' references "
+                                                    f"name; {str(obj.get('kind'))[:60]} is not one")
             if is_node(obj):
                 self.attributing.node_event(event, state.pods, out)
                 return
@@ -394,5 +491,5 @@ class Processor:
         if transition is not None:
             out.transitions.append((key, records.encode(transition)))
         state.remember(state_key, record, value)
-        if "references" in record or again:
-            self._note_waiting(event, state_key, record, state)
+        if "references" in record or state_key in state.waiting.events:
+            self._note_waiting(event, state_key, record, state, out)

@@ -32,6 +32,12 @@ not yet acked may commit before their offsets: after a crash those events are
 processed again against the state those outputs imply, which makes them
 duplicates and produces nothing.
 
+Relays (``Outputs.relays``: a referenced object's event for the other raw
+partitions, processing.py) go to the raw topic itself, to every partition but
+their own, through their own partition's producer: they commit with the
+offset of the event that caused them, and each is then an ordinary event of
+the partition it went to.
+
 Committing: faust commits the per-partition transactions one after another,
 each with three requests (offsets into the transaction, its end, the next
 begin) under that partition's lock, so outputs wait while it runs.
@@ -93,15 +99,17 @@ class OutputTopics(NamedTuple):
 
 
 class OutputBatches:
-    """Outputs appended per (raw partition, topic); ``send()`` hands every batch to its producer."""
+    """Outputs appended per (raw partition, topic, partition of that topic: the same number but for
+    relays); ``send()`` hands every batch to the raw partition's producer."""
 
-    def __init__(self, app, raw_topic: str, exactly_once: bool, topics: OutputTopics):
+    def __init__(self, app, raw_topic: str, exactly_once: bool, topics: OutputTopics, partitions: int = 1):
         self.app = app
         self.raw_topic = raw_topic
         self.topics = topics
         self.exactly_once = exactly_once
-        self._batches: dict[tuple[int, str], object] = {}
-        self._full: list[tuple[int, str, object]] = []
+        self.partitions = partitions   # the raw topic's, unless its metadata says otherwise (raw_partitions)
+        self._batches: dict[tuple[int, str, int], object] = {}
+        self._full: list[tuple[int, str, int, object]] = []
         self._producer = None  # faust's Producer
         self.failures: list[BaseException] = []
 
@@ -120,14 +128,17 @@ class OutputBatches:
             return self._producer._ensure_producer()
         return self._producer._transaction_producers[transactional_id]
 
-    def add(self, partition: int, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """Append one output of an event of raw `partition` to `topic` (same partition number)."""
-        batch = self._batches.get((partition, topic))
+    def add(self, partition: int, topic: str, key: bytes | None, value: bytes | None,
+            to: int | None = None) -> None:
+        """Append one output of an event of raw `partition` to `topic`, at partition `to` of it (by
+        default the same number)."""
+        where = (partition, topic, partition if to is None else to)
+        batch = self._batches.get(where)
         if batch is None:
-            batch = self._batches[(partition, topic)] = self._new_batch(partition)
+            batch = self._batches[where] = self._new_batch(partition)
         if batch.append(key=key, value=value, timestamp=None) is None:   # full: start another
-            self._full.append((partition, topic, batch))
-            batch = self._batches[(partition, topic)] = self._new_batch(partition)
+            self._full.append((*where, batch))
+            batch = self._batches[where] = self._new_batch(partition)
             if batch.append(key=key, value=value, timestamp=None) is None:
                 raise ValueError(f"an output of {len(value or b'')} bytes to {topic} is larger than "
                                  f"the producer's max batch size")
@@ -141,6 +152,17 @@ class OutputBatches:
                                  (self.topics.nodes, out.nodes), (self.topics.owners, out.owners)):
                 for key, value in pairs:
                     self.add(partition, topic, key, value)
+            if out.relays:
+                others = [p for p in range(self.raw_partitions()) if p != partition]
+                for key, value in out.relays:
+                    for to in others:
+                        self.add(partition, self.raw_topic, key, value, to)
+
+    def raw_partitions(self) -> int:
+        """How many partitions the raw topic has: as the consumer's group metadata says, else as configured."""
+        consumer = getattr(self.app, "consumer", None)
+        counted = consumer.topic_partitions(self.raw_topic) if consumer is not None else None
+        return counted or self.partitions
 
     def _new_batch(self, partition: int):
         return self._aiokafka_producer(self._transactional_id(partition)).create_batch()
@@ -157,8 +179,8 @@ class OutputBatches:
         which a crash aborts; the event, processed again, is then a duplicate of its committed
         record and produces nothing, and the transition is lost for good."""
         by_partition: dict[int, list] = {}
-        for partition, topic, batch in self._full + [(p, t, b) for (p, t), b in self._batches.items()]:
-            by_partition.setdefault(partition, []).append((topic, batch))
+        for partition, topic, to, batch in self._full + [(*where, b) for where, b in self._batches.items()]:
+            by_partition.setdefault(partition, []).append((topic, to, batch))
         self._full, self._batches = [], {}
         for partition, batches in by_partition.items():
             transactional_id = self._transactional_id(partition)
@@ -166,8 +188,8 @@ class OutputBatches:
                     else contextlib.nullcontext())
             async with lock:
                 producer = self._aiokafka_producer(transactional_id)
-                for topic, batch in batches:
-                    delivery = await producer.send_batch(batch, topic, partition=partition)
+                for topic, to, batch in batches:
+                    delivery = await producer.send_batch(batch, topic, partition=to)
                     delivery.add_done_callback(self._delivered)
 
     def _delivered(self, delivery) -> None:

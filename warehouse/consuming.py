@@ -113,6 +113,7 @@ class _ReadFields(msgspec.Struct):
     resourceVersion: object = None
     generation: object = None
     creationTimestamp: object = None
+    references: object = None   # the version key says which referenced objects a record was resolved with
 
 
 _READ_FIELDS = msgspec.json.Decoder(_ReadFields)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 
@@ -278,13 +279,71 @@ def test_a_workload_seen_before_its_runtime_is_resolved_again_when_it_arrives(pr
     assert check_record({**again, "cluster": "prod"})[9] == first["resourceVersion"] + "#1"
 
 
-def test_a_waiting_workload_on_another_state_store_waits_for_its_next_event(processor):
-    """In the faust app a cluster-scoped runtime's event may be processed on another partition's
-    store than the TrainJob's: that TrainJob gets the runtime with its own next event."""
+def test_a_workload_waiting_on_another_state_store_is_resolved_by_the_relayed_copy(processor):
+    """In the faust app a cluster-scoped runtime's event is processed on another partition's store
+    than the TrainJob's: it is relayed (a copy marked relayed, for every other raw partition), and the
+    copy processed on the TrainJob's store resolves it again there (4 pods, 32 GPUs: numNodes 4 of
+    8 GPUs each, the initializer done). The copy is not published or relayed again."""
     jobs, runtimes = MemoryStates(), MemoryStates()
-    job = copy.deepcopy(example_objects("trainjob")["llama-finetune"])
+    job = example_objects("trainjob")["llama-finetune"]
     processor.process(None, event(job, "ADDED"), jobs)
-    assert decoded(processor.process(None, event(_runtime(), "ADDED"), runtimes).records) == []
-    job["metadata"]["resourceVersion"] = "5120774"
-    (record,) = decoded(processor.process(None, event(job), jobs).records)
+    out = processor.process(b"prod/torch-distributed", event(_runtime(), "ADDED"), runtimes)
+    assert out.records == [] and len(out.definitions) == 1
+    ((key, relay),) = out.relays
+    assert key == b"prod/torch-distributed" and json.loads(relay)["relayed"] is True
+    again = processor.process(key, relay, jobs)
+    (record,) = decoded(again.records)
+    assert (record["total"]["pods"], record["total"]["gpu"], record["references"][0]["found"]) == (4, 32, True)
+    assert again.definitions == [] and again.relays == [] and again.dead_letters == []
+    assert decoded(processor.process(key, relay, jobs).records) == []   # a second copy: nothing new
+
+
+def test_a_waiting_workload_is_kept_in_the_owners_topic_until_resolved(processor):
+    """What a new owner of the partition rebuilds its waiting workloads from (app.py's recovery): the
+    TrainJob's raw event under `<cluster>/<uid>#references` while its runtime is missing, a tombstone
+    once resolved. A store recovered from those messages and the record resolves it at the relay."""
+    job = example_objects("trainjob")["llama-finetune"]
+    state = MemoryStates()
+    first = processor.process(None, event(job, "ADDED"), state)
+    uid = job["metadata"]["uid"]
+    ((key, value),) = [(k, v) for k, v in first.owners if k.endswith(b"#references")]
+    assert key == f"prod/{uid}#references".encode()
+    kept = json.loads(value)
+    assert kept["workload"]["object"]["metadata"]["uid"] == uid
+    assert kept["lacks"] == [["trainer.kubeflow.org", "ClusterTrainingRuntime", None, "torch-distributed"]]
+    # a new owner of the partition, in another process: the record's summary and the owners topic's messages
+    recovered = MemoryStates({f"prod/{uid}": state[f"prod/{uid}"]})
+    for k, v in first.owners:
+        recovered.recover_owner(k.decode(), json.loads(v))
+    fresh = Processor()
+    relay = fresh.process(None, event(_runtime(), "ADDED"), MemoryStates()).relays[0][1]
+    out = fresh.process(None, relay, recovered)
+    (record,) = decoded(out.records)
     assert record["total"]["pods"] == 4
+    assert out.owners == [(key, None)]
+    recovered.recover_owner(key.decode(), None)
+    assert recovered.waiting.events == {}
+
+
+def test_a_workload_failing_to_resolve_with_its_runtime_is_dead_lettered_and_the_others_go_on(processor):
+    """A runtime whose template the definition cannot read: the TrainJob waiting for it gets a dead letter
+    naming the runtime (with the TrainJob's raw event, so it can be replayed), the runtime itself is kept."""
+    state = MemoryStates()
+    job = example_objects("trainjob")["llama-finetune"]
+    processor.process(None, event(job, "ADDED"), state)
+    broken = _runtime()
+    broken["spec"]["template"]["spec"]["replicatedJobs"] = "not a list"
+    out = processor.process(None, event(broken, "ADDED"), state)
+    assert out.records == [] and len(out.definitions) == 1 and len(out.relays) == 1
+    (letter,) = [json.loads(v) for _, v in out.dead_letters]
+    assert "resolved again with ClusterTrainingRuntime torch-distributed" in letter["detail"]
+    assert json.loads(base64.b64decode(letter["valueBase64"]))["object"]["metadata"]["name"] == "llama-finetune"
+
+
+def test_a_relayed_event_of_an_object_no_reference_names_is_dead_lettered(processor):
+    job = example_objects("trainjob")["llama-finetune"]
+    relay = json.dumps({**json.loads(event(job, "ADDED")), "relayed": True}).encode()
+    out = processor.process(None, relay, MemoryStates())
+    assert out.records == []
+    (letter,) = [json.loads(v) for _, v in out.dead_letters]
+    assert letter["reason"] == records.WRONG_TYPES and "TrainJob is not one" in letter["detail"]

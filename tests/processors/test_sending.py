@@ -76,12 +76,36 @@ def test_a_batchs_outputs_go_to_their_topics_at_the_raw_partition_number_in_orde
         0: Outputs(records=[(b"a", b"r1"), (b"a", b"r2"), (b"b", b"r3")], transitions=[(b"a", b"t1")]),
         2: Outputs(dead_letters=[(None, b"d1")], definitions=[(b"c/n", b"w1")]),
     })
-    sent = [(p, t, b.appended) for p, t, b in outputs._full] + [
-        (p, t, b.appended) for (p, t), b in outputs._batches.items()]
+    sent = [(p, t, to, b.appended) for p, t, to, b in outputs._full] + [
+        (p, t, to, b.appended) for (p, t, to), b in outputs._batches.items()]
     assert sorted(sent) == sorted([
-        (0, "records", [(b"a", b"r1"), (b"a", b"r2")]), (0, "records", [(b"b", b"r3")]),
-        (0, "transitions", [(b"a", b"t1")]), (2, "dead", [(None, b"d1")]), (2, "definitions", [(b"c/n", b"w1")])])
-    assert all(b.partition == p for p, _, b in outputs._full + [(p, t, b) for (p, t), b in outputs._batches.items()])
+        (0, "records", 0, [(b"a", b"r1"), (b"a", b"r2")]), (0, "records", 0, [(b"b", b"r3")]),
+        (0, "transitions", 0, [(b"a", b"t1")]), (2, "dead", 2, [(None, b"d1")]),
+        (2, "definitions", 2, [(b"c/n", b"w1")])])
+    assert all(b.partition == p for p, *_, b in outputs._full + [(*w, b) for w, b in outputs._batches.items()])
+
+
+def test_a_relay_goes_to_every_other_raw_partition_through_its_own_partition_s_producer():
+    """A referenced object's event of raw partition 1 (of 3) is relayed to raw partitions 0 and 2, in
+    batches of partition 1's producer (so they commit with its offset), and to no other topic."""
+    from workloadmap.processors.processing import Outputs
+    from workloadmap.processors.sending import OutputBatches, OutputTopics
+
+    class Builder:
+        def __init__(self, partition):
+            self.partition, self.appended = partition, []
+
+        def append(self, key, value, timestamp):
+            self.appended.append((key, value))
+            return object()
+
+    outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True,
+                            topics=OutputTopics("records", "transitions", "dead", "definitions"), partitions=3)
+    outputs._new_batch = Builder
+    outputs.add_batch({1: Outputs(definitions=[(b"c/related:x", b"e")], relays=[(b"c/x", b"e2")])})
+    assert sorted((p, t, to, b.partition, b.appended) for (p, t, to), b in outputs._batches.items()) == [
+        (1, "definitions", 1, 1, [(b"c/related:x", b"e")]),
+        (1, "raw", 0, 1, [(b"c/x", b"e2")]), (1, "raw", 2, 1, [(b"c/x", b"e2")])]
 
 
 def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_commits_meanwhile():

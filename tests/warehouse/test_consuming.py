@@ -62,6 +62,22 @@ def test_check_messages_dead_letters_with_reasons_and_keeps_json_checks(tmp_path
         assert wh.cursor().execute("SELECT record->>'$.extra' FROM workload_states").fetchone() == ("NaN",)
 
 
+def test_the_kafka_writer_keeps_both_records_of_a_version_resolved_again_with_its_reference():
+    """A TrainJob's one resourceVersion resolved without its runtime, then with it (processors/
+    processing.py): the Kafka writer's batch check reads which references were found, as check_record
+    does, so the two records have version keys 5#0 and 5#1 and neither is taken for a repeat."""
+    Message = collections.namedtuple("Message", "topic partition offset key value")
+    base = as_record(lifecycle()[0], uid="tj")
+    base["resourceVersion"] = "5"
+    ref = {"name": "runtime", "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+           "namespace": None, "objectName": "torch-distributed"}
+    without, with_it = ({**base, "references": [{**ref, "found": found}]} for found in (False, True))
+    msgs = [Message(WORKLOADS, 0, i, b"k", json.dumps(r).encode()) for i, r in enumerate((without, with_it))]
+    rows, *_ = consuming.check_messages(msgs, TRANSITIONS)
+    assert rows == [checking.check_record(without), checking.check_record(with_it)]
+    assert [row[9] for row in rows] == ["5#0", "5#1"]
+
+
 def create_topics(bootstrap: str, partitions: int = 3) -> dict[str, str]:
     from kafka.admin import KafkaAdminClient, NewTopic
     suffix = uuid.uuid4().hex[:8]
