@@ -35,8 +35,13 @@ without first flushing the table's changelog buffer, so a killed worker could
 leave offsets committed and their state changes lost.)
 
 Several workers split the raw topic's partitions, and the state with them.
-Definitions applied to clusters are the exception: every worker needs all of
-them (see ClusterDefinitions).
+Definitions applied to clusters, and the objects their references name, are
+the exception: every worker needs all of them (see ClusterDefinitions).  A
+workload that waits for such an object is resolved again by the relayed copy
+of the object's event that reaches its own raw partition (processing.py), so
+the worker that learns the object from the definitions topic has nothing to
+resolve from there, and no partition's transaction carries outputs without
+an offset of its own.
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ def _start_second_worker(p: Pipeline) -> None:
 def _wait_for_workers(p: Pipeline, n: int, timeout: float = 90) -> None:
     """Until the processors' consumer group is stable with `n` members (the partitions split among them)."""
     from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
 
     admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
     group = f"{p.env['WORKLOADMAP_CLIENT_ID']}-processors"
@@ -145,9 +146,13 @@ def _wait_for_workers(p: Pipeline, n: int, timeout: float = 90) -> None:
         deadline = time.time() + timeout
         info = None
         while time.time() < deadline:
-            (info,) = admin.describe_consumer_groups([group])
-            if info.state == "Stable" and len(info.members) == n:
-                return
+            try:
+                info = admin.describe_groups([group])[group]
+            except KafkaError as exc:   # no coordinator yet (a fresh broker creates the offsets topic)
+                info = exc
+            else:
+                if info.get("group_state") == "Stable" and len(info.get("members") or ()) == n:
+                    return
             time.sleep(1)
         raise AssertionError(f"group {group}: {info}")
     finally:
