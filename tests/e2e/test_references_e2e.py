@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 import subprocess
 import time
 
@@ -188,24 +189,59 @@ def test_trainjobs_published_before_their_runtime_end_resolved_with_it(kafka_bro
     jobs.check_records(p)
 
 
-@pytest.mark.parametrize("when", ["before the runtime", "once the runtime committed"])
-def test_a_worker_killed_around_the_runtime_ends_with_every_trainjob_resolved_once(kafka_broker, pipeline_on, when):
-    """SIGKILLed with the TrainJobs waiting and the runtime not published yet (a new worker knows them
-    from the owners topic alone), or as soon as the runtime's transaction committed (its relays are
-    then in the raw partitions, not yet processed, or just so): the same end state, nothing doubled."""
+def test_a_worker_killed_before_the_runtime_ends_with_every_trainjob_resolved_once(kafka_broker, pipeline_on):
+    """SIGKILLed with the TrainJobs waiting and the runtime not published yet: a new worker knows them
+    from the owners topic alone and resolves them when the runtime comes; nothing doubled."""
     p = pipeline_on(kafka_broker.bootstrap_servers)
     jobs = TrainJobs()
     p.start("processors")
     p.start("warehouse")
     p.publish(jobs.jobs)
     p.wait_for_records(len(jobs.jobs))
-    if when == "before the runtime":
-        p.kill("processors")
-        p.publish(jobs.runtime_events)
-    else:
-        p.publish(jobs.runtime_events)
+    p.kill("processors")
+    p.publish(jobs.runtime_events)
+    p.start("processors")
+    jobs.wait_resolved(p)
+    jobs.check_records(p)
+
+
+def _resolved(p: Pipeline) -> set:
+    """The TrainJobs with a committed record resolved with their runtime."""
+    return {json.loads(m.value)["uid"] for m in p.topic_messages("workloads")
+            if all(r["found"] for r in json.loads(m.value)["references"])}
+
+
+def test_a_worker_killed_between_the_runtime_s_commit_and_its_relays_ends_with_every_trainjob_resolved_once(
+        kafka_broker, pipeline_on):
+    """Two workers; the one owning some TrainJobs' partitions is frozen (SIGSTOP) before the runtime is
+    published, the other processes the runtime and commits it with its relays; so the frozen one's
+    TrainJobs are certainly not resolved yet when both are SIGKILLed. A new worker rebuilds the
+    waiting TrainJobs from the owners topic and resolves them at the relays: every TrainJob once.
+    Which worker owns the runtime's partition is found out: the first frozen, if the runtime is not
+    committed within a few seconds, is let go and the other frozen instead."""
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    jobs = TrainJobs()
+    p.start("processors")
+    _start_second_worker(p)
+    _wait_for_workers(p, 2)
+    p.start("warehouse")
+    p.publish(jobs.jobs)
+    p.wait_for_records(len(jobs.jobs))
+    frozen, other = "processors-2", "processors"
+    p.procs[frozen].send_signal(signal.SIGSTOP)
+    p.publish(jobs.runtime_events)
+    try:
+        _wait_for_runtime_commit(p, timeout=6)   # well within the 15 s session timeout: no rebalance
+    except AssertionError:   # the frozen worker owns the runtime's partition: freeze the other instead
+        frozen, other = other, frozen
+        p.procs[frozen].send_signal(signal.SIGSTOP)
+        p.procs[other].send_signal(signal.SIGCONT)
         _wait_for_runtime_commit(p)
-        p.kill("processors")
+    time.sleep(2)   # the running worker resolves the TrainJobs of its own partitions
+    waiting = set(jobs.expected) - _resolved(p)
+    assert waiting, "the frozen worker owns TrainJob partitions: their TrainJobs wait for its relays"
+    p.kill(frozen)   # SIGKILL: works on a stopped process
+    p.kill(other)
     p.start("processors")
     jobs.wait_resolved(p)
     jobs.check_records(p)
