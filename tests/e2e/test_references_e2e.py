@@ -162,13 +162,20 @@ def _wait_for_workers(p: Pipeline, n: int, timeout: float = 90) -> None:
 
 def _wait_for_runtime_commit(p: Pipeline, timeout: float = 60) -> None:
     """Until the runtime's event is committed (its message on the definitions topic: same transaction)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if any(m.key == f"{CLUSTER}/related:ClusterTrainingRuntime//torch-distributed".encode()
-               for m in p.topic_messages("definitions")):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"runtime not committed\n{p.log('processors')}")
+    from kafka import KafkaConsumer
+
+    key = f"{CLUSTER}/related:ClusterTrainingRuntime//torch-distributed".encode()
+    consumer = KafkaConsumer(p.topic("definitions"), bootstrap_servers=p.bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed")
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for messages in consumer.poll(timeout_ms=200).values():
+                if any(m.key == key for m in messages):
+                    return
+    finally:
+        consumer.close()
+    raise AssertionError(f"runtime not committed within {timeout} s")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -231,7 +238,7 @@ def test_a_worker_killed_between_the_runtime_s_commit_and_its_relays_ends_with_e
     p.procs[frozen].send_signal(signal.SIGSTOP)
     p.publish(jobs.runtime_events)
     try:
-        _wait_for_runtime_commit(p, timeout=6)   # well within the 15 s session timeout: no rebalance
+        _wait_for_runtime_commit(p, timeout=4)   # well within the 15 s session timeout: no rebalance
     except AssertionError:   # the frozen worker owns the runtime's partition: freeze the other instead
         frozen, other = other, frozen
         p.procs[frozen].send_signal(signal.SIGSTOP)
