@@ -24,8 +24,12 @@ on stdout is the figures, with each invariant checked explicitly (`held` and its
 - raw in = records + dead letters: every raw message on the raw topic is a workload record in
   the warehouse, a pod or node record on its topic, a dead letter (matched by its raw partition
   and offset), a duplicate of an earlier message (same cluster, uid, resourceVersion, deletion:
-  the watchers republish what their checkpoint had not recorded yet when they were killed), or
-  an object with no record of its own by design (owned by another, or an owner kind);
+  the watchers republish what their checkpoint had not recorded yet when they were killed), the
+  repeated deletion of a deleted object (a restarted watcher's relist, under the list's version),
+  a pod or node event that changes nothing the warehouse keeps (status churn: no record by
+  design; that none was lost is checked on the end state: every pod's and node's last record
+  says what its last event says), or an object with no record of its own by design (owned by
+  another, or an owner kind);
 - no duplicate rows: workload states per (cluster, uid, resourceVersion, deleted), transitions
   per (cluster, uid, time, status);
 - no missing transitions: every state whose status differs from the object's state before it
@@ -501,8 +505,9 @@ def account_raw(bootstrap: str, workload_ids: set, pod_ids: set, node_ids: set, 
     catalog = Catalog.builtin()
     root_kinds: dict = {}
     seen: set = set()
-    out = {"raw": 0, "records": 0, "dead_letters": 0, "duplicates": 0, "no_record_by_design": 0,
-           "pod_or_node_unchanged": 0, "missing": 0}
+    out = {"raw": 0, "records": 0, "dead_letters": 0, "duplicates": 0, "repeated_deletions": 0,
+           "no_record_by_design": 0, "pod_or_node_unchanged": 0, "missing": 0}
+    deleted_objects: set = set()
     missing: list = []
     last_raw: dict = {}   # pod or node -> (resourceVersion, kept state) of its newest raw event
 
@@ -529,6 +534,15 @@ def account_raw(bootstrap: str, workload_ids: set, pod_ids: set, node_ids: set, 
             out["duplicates"] += 1
             return
         seen.add(ident)
+        if event["type"] == "DELETED":
+            # the deletion of an object already deleted: a restarted watcher's relist publishes the
+            # objects its checkpoint still held and the cluster no longer has, under the list's version;
+            # the processors drop it (a deleted object takes no event any more)
+            obj_id = hash((event["cluster"], meta["uid"]))
+            if obj_id in deleted_objects:
+                out["repeated_deletions"] += 1
+                return
+            deleted_objects.add(obj_id)
         kind = obj.get("kind")
         if kind in ("Pod", "Node") and obj.get("apiVersion") == "v1":
             deleted = event["type"] == "DELETED"
@@ -565,19 +579,21 @@ def account_raw(bootstrap: str, workload_ids: set, pod_ids: set, node_ids: set, 
         out["first_differing_end"] = [{"cluster": last_raw[k][2], "name": last_raw[k][3], "event": last_raw[k][:2],
                                        "record": last_records.get(k)} for k in wrong_end[:5]]
     out["held"] = out["missing"] == 0 and not wrong_end and out["raw"] == (
-        out["records"] + out["dead_letters"] + out["duplicates"] + out["no_record_by_design"]
-        + out["pod_or_node_unchanged"])
+        out["records"] + out["dead_letters"] + out["duplicates"] + out["repeated_deletions"]
+        + out["no_record_by_design"] + out["pod_or_node_unchanged"])
     if missing:
         out["first_missing"] = missing
     return out
 
 
 def kept_pod(node_name, phase, deleted) -> tuple:
-    return ("pod", node_name or None, phase or None, bool(deleted))
+    """What a pod's record keeps, compared at the end: a deleted pod is deleted, whatever its last
+    event carried (the watchers' relist publishes a vanished pod's deletion with its identity only)."""
+    return ("pod", True) if deleted else ("pod", node_name or None, phase or None)
 
 
 def kept_node(unschedulable, deleted) -> tuple:
-    return ("node", bool(unschedulable), bool(deleted))
+    return ("node", True) if deleted else ("node", bool(unschedulable))
 
 
 def exporter_workloads(metrics_text: str) -> dict:
