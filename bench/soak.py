@@ -57,6 +57,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -676,6 +677,8 @@ def main() -> None:
     parser.add_argument("--kube-rate", type=int, default=200, help="of which writes/s to the API server")
     parser.add_argument("--workers", type=int, default=2, help="processor workers")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the services' logs, checkpoints and DuckDB file (their folder is printed)")
     parser.add_argument("--history-workloads", type=int, default=200,
                         help="workloads of the simulated history replayed each round (3 clusters, 7 days)")
     args = parser.parse_args()
@@ -890,6 +893,10 @@ def main() -> None:
     result["held"] = all(result[k]["held"] for k in ("raw_in_equals_records_plus_dead_letters", "no_duplicate_rows",
                                                     "no_missing_transitions", "exporter_equals_warehouse",
                                                     "rss_growth"))
+    if args.keep:
+        result["workdir"] = str(workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result))
 
 
