@@ -11,8 +11,11 @@ configuring a producer.
   one survives a leader change.  Record batches of up to ~1 MB (under the
   broker's default ``message.max.bytes``) instead of kafka-python's 16 KiB:
   a raw event is ~1.8 KiB, and per produce request both the publisher and
-  the broker pay more than per message.  Each key's partition is computed
-  once (``key_partitioner``).  Security options (SASL/TLS) pass
+  the broker pay more than per message; for the same reason a batch lingers
+  50 ms (with a few milliseconds, kafka-python's sender sends a request of a
+  few messages per partition at a watch stream's steady rate, and both
+  processes' CPU per event is mostly per request: bench/RESULTS.md); the
+  latency it adds is at most the linger.  Each key's partition is computed once (``key_partitioner``).  Security options (SASL/TLS) pass
   through to the producer and are never logged or shown in ``repr``.
 - ``CallbackPublisher``: the same interface in-process (embedded mode, no
   broker): calls ``fn(key, value_bytes)``.
@@ -116,7 +119,7 @@ class KafkaPublisher(_Publisher):
     """Publishes to a Kafka topic (default ``records.RAW_TOPIC``) with an idempotent producer."""
 
     def __init__(self, bootstrap_servers, topic: str = records.RAW_TOPIC, client_id: str = "workloadmap-ingest",
-                 security: dict | None = None, compression_type: str | None = None, linger_ms: int = 5,
+                 security: dict | None = None, compression_type: str | None = None, linger_ms: int = 50,
                  batch_size: int = 1_000_000, **producer_options):
         from kafka import KafkaProducer  # imported here: the embedded mode needs no Kafka client
 

@@ -5,7 +5,13 @@ and CPU (bench/RESULTS.md), and the agent's batches over its stream.
    out of a fetch request the partitions that still have records waiting to be
    processed, and faust hard-codes a 1,500 ms wait: after a burst, a request in
    flight without some partition was held the full wait while new events for
-   that partition waited behind it.
+   that partition waited behind it.  Within that wait the broker answers once
+   FETCH_MIN_BYTES are there (not at the first byte): at a steady rate a fetch
+   answered at once held a few events, and each fetch, agent batch, output
+   batch and produce request costs the worker and the broker more than an
+   event does: at a steady rate a worker spent far more CPU per event than
+   at full speed (bench/RESULTS.md).  An idle worker's event waits at most
+   the fetch wait.
 
 2. A fetched message is handed to the stream without a task per message when
    it can be.  faust's fetch loop delivers each message with
@@ -47,6 +53,7 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 FETCH_MAX_WAIT_MS = 100
+FETCH_MIN_BYTES = 64 * 1024   # several dozen raw events
 YIELD_EVERY = 100  # messages between two turns given to the event loop (as faust)
 
 
@@ -54,6 +61,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport):
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS   # read when its fetcher starts
+        consumer._fetch_min_bytes = FETCH_MIN_BYTES
         return consumer
 
 
