@@ -182,7 +182,7 @@ def _check_whole(kept) -> list:
 CAUGHT_UP_POLL_S = 0.02  # a poll this long that brings nothing: the writer has caught up
 # A batch gathers for at least this many times the last batch's write (its CPU time) after its first
 # message, so that its fixed cost is shared by more records when writing is costly (see poll_batch).
-GATHER_PER_WRITE = 2.0
+GATHER_PER_WRITE = 1.0
 
 
 ASSIGN_EVERY_S = 10.0  # how often the writer looks for partitions it does not read yet

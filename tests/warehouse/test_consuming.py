@@ -154,14 +154,14 @@ class _Transactions:
         return {("workloads", 0): self.batches.pop(0)[1]}
 
 
-def test_a_batch_gathers_for_twice_the_last_writes_cpu_time(tmp_path):
-    """Two transactions' records 0.15 s apart: after a write that cost 0.1 s of CPU the batch gathers
-    for 0.2 s and holds both; after a write that cost nothing it ends when a poll brings nothing (the
-    first transaction alone)."""
+def test_a_batch_gathers_in_proportion_to_the_last_writes_cpu_time(tmp_path):
+    """Two transactions' records 0.15 s apart: after a write whose CPU time makes the batch gather for
+    0.2 s (GATHER_PER_WRITE times it) the batch holds both; after a write that cost nothing it ends
+    when a poll brings nothing (the first transaction alone)."""
     Message = collections.namedtuple("Message", "topic partition offset key value")
     recs = lifecycle()
     msgs = [Message(WORKLOADS, 0, i, b"k", json.dumps(r).encode()) for i, r in enumerate(recs)]
-    for cost, batch_sizes in ((0.1, [len(msgs)]), (0.0, [2])):
+    for cost, batch_sizes in ((0.2 / consuming.GATHER_PER_WRITE, [len(msgs)]), (0.0, [2])):
         writer = KafkaWarehouseWriter("127.0.0.1:1", tmp_path / f"w-{cost}.duckdb", max_wait_ms=1000)
         sizes = []
         writer.on_batch = lambda result, count: sizes.append(count)
