@@ -68,11 +68,8 @@ Watch cache, compaction and 410 Gone (measured on v1.36.3; tests/services/test_k
 from __future__ import annotations
 
 import base64
-import fcntl
-import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -80,8 +77,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -89,16 +84,13 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
+from tests.services.go_building import GoProgram
 from tests.services.processes import ServerProcess, free_ports, log_tails, make_workdir, remove_workdir
 
 HERE = Path(__file__).resolve().parent / "kube"
-GO_MOD = HERE / "go.mod"
-GO_SUM = HERE / "go.sum"
 CRD_DIR = HERE / "crds"
 # The WorkloadMap CRD the project ships (applied as it is, not copied).
 WORKLOADMAP_CRD = Path(__file__).resolve().parents[2] / "catalog" / "crd" / "workloadmap.io_workloadmaps.yaml"
-CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workloadmap"
-GOMODCACHE = CACHE_ROOT / "gomod"
 BINARIES = ("etcd", "kube-apiserver")
 
 ETCD_READY_TIMEOUT = 30.0  # seconds from start to GET /health answering {"health":"true"}
@@ -107,7 +99,6 @@ STOP_TIMEOUT = 20.0  # seconds after SIGTERM before SIGKILL
 ADMIN_USER = "admin"
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc"
-_STAMP = ".stamp"  # written last into the binaries folder: hash of the Go sources
 
 
 class KubeAPIError(RuntimeError):
@@ -124,21 +115,6 @@ class KubeHTTPError(KubeAPIError):
         super().__init__(f"{method} {path}: HTTP {code}: {reason}")
 
 
-def kube_version() -> str:
-    """The Kubernetes version pinned in go.mod (``v1.36.3``), the one source of truth."""
-    m = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD.read_text(), re.M)
-    if not m:
-        raise KubeAPIError(f"no k8s.io/kubernetes requirement in {GO_MOD}")
-    return m.group(1)
-
-
-def bin_dir() -> Path:
-    return CACHE_ROOT / f"kube-{kube_version()}"
-
-
-# --------------------------------------------------------------------------- build
-
-
 def _ldflags(version: str) -> str:
     major, minor = version.lstrip("v").split(".")[:2]
     sets = {
@@ -150,125 +126,20 @@ def _ldflags(version: str) -> str:
     return "-s -w " + " ".join(f"-X {k}={v}" for k, v in sets.items())
 
 
-def _sources_hash() -> str:
-    h = hashlib.sha256()
-    for path in [GO_MOD, GO_SUM, *sorted(HERE.glob("cmd/*/main.go"))]:
-        h.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    h.update(_ldflags(kube_version()).encode())
-    return h.hexdigest()
+# the two upstream commands, built as tests/services/go_building.py builds every Go program
+KUBE = GoProgram("kube", HERE, "k8s.io/kubernetes", ("./cmd/etcd", "./cmd/kube-apiserver"), BINARIES, _ldflags,
+                 KubeAPIError, sources=("cmd/*/main.go",), cold="cold: ~10 min on 2 cores")
 
 
-def _binaries_current(folder: Path) -> bool:
-    stamp = folder / _STAMP
-    return (
-        stamp.is_file()
-        and stamp.read_text().strip() == _sources_hash()
-        and all(os.access(folder / name, os.X_OK) for name in BINARIES)
-    )
-
-
-def _go() -> str:
-    go = shutil.which("go") or next(
-        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.access(p, os.X_OK)), None
-    )
-    if not go:
-        raise KubeAPIError(
-            "go not found: building kube-apiserver and etcd needs Go >= "
-            f"{_go_needed()} on PATH (https://go.dev/dl/; Debian's golang-go is too old)"
-        )
-    return go
-
-
-def _go_needed() -> str:
-    m = re.search(r"^go (\d+\.\d+(?:\.\d+)?)", GO_MOD.read_text(), re.M)
-    return m.group(1) if m else "1.26"
-
-
-def _check_go(go: str) -> None:
-    out = subprocess.run([go, "version"], capture_output=True, text=True).stdout
-    m = re.search(r"go(\d+)\.(\d+)(?:\.(\d+))?", out)
-    have = tuple(int(x or 0) for x in m.groups()) if m else (0, 0, 0)
-    need = tuple(int(x) for x in (_go_needed().split(".") + ["0"])[:3])
-    if have < need:
-        raise KubeAPIError(f"building the API server needs Go >= {_go_needed()}; {go} is: {out.strip()}")
+def kube_version() -> str:
+    """The Kubernetes version pinned in go.mod (``v1.36.3``), the one source of truth."""
+    return KUBE.version
 
 
 def build(*, quiet: bool = False) -> Path:
-    """Return the folder holding ``etcd`` and ``kube-apiserver``, building them if needed.
-
-    Builds when the folder lacks a binary or its stamp does not match go.mod, go.sum and
-    the mains. Progress goes to stderr (a line every 30 s); ``quiet`` silences it. The
-    binaries are built into a temp folder and moved into place, the stamp written last,
-    under a file lock: an interrupted or concurrent build never leaves a half-built set.
-    """
-    target = bin_dir()
-    if _binaries_current(target):
-        return target
-    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with open(CACHE_ROOT / "kube-build.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("kube: another process is building the binaries; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if _binaries_current(target):
-            return target
-        go = _go()
-        _check_go(go)
-        _run_build(go, target, say)
-    return target
-
-
-def _run_build(go: str, target: Path, say) -> None:
-    version = kube_version()
-    staging = Path(tempfile.mkdtemp(prefix="kube-build-", dir=CACHE_ROOT))
-    env = {**os.environ, "GOMODCACHE": str(GOMODCACHE), "GOFLAGS": "-mod=readonly"}
-    cmd = [go, "build", "-v", "-trimpath", "-ldflags", _ldflags(version), "-o", f"{staging}/",
-           "./cmd/etcd", "./cmd/kube-apiserver"]  # fmt: skip
-    say(f"kube: building etcd and kube-apiserver {version} into {target} "
-        f"(cold: ~10 min on 2 cores; GOMODCACHE={GOMODCACHE})")  # fmt: skip
-    started = time.monotonic()
-    counts = {"modules downloaded": 0, "packages compiled": 0}
-    tail: list[str] = []
-    done = threading.Event()
-
-    def tick() -> None:  # a line every 30 s, also while the linker runs silently
-        while not done.wait(30):
-            say(f"kube: {time.monotonic() - started:4.0f} s: "
-                + ", ".join(f"{n} {what}" for what, n in counts.items())
-                + (f" (last: {tail[-1].strip()[:70]})" if tail else ""))  # fmt: skip
-
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail = [*tail[-59:], line]
-            if line.startswith("go: downloading"):
-                counts["modules downloaded"] += 1
-            elif line and not line.startswith(("#", " ", "\t", "go: ")):
-                counts["packages compiled"] += 1
-        code = proc.wait()
-        built = all(os.access(staging / name, os.X_OK) for name in BINARIES)
-        if code != 0 or not built:
-            raise KubeAPIError(
-                f"building kube-apiserver/etcd failed (exit {code}) in {HERE}: {' '.join(cmd)}\n"
-                + "\n".join(tail[-40:])
-            )
-        target.mkdir(parents=True, exist_ok=True)
-        (target / _STAMP).unlink(missing_ok=True)
-        for name in BINARIES:
-            os.replace(staging / name, target / name)
-        (target / _STAMP).write_text(_sources_hash() + "\n")
-        say(f"kube: built in {time.monotonic() - started:.0f} s ("
-            + ", ".join(f"{n} {what}" for what, n in counts.items()) + ")")
-    finally:
-        done.set()
-        shutil.rmtree(staging, ignore_errors=True)
+    """Return the folder holding ``etcd`` and ``kube-apiserver``, building them if needed (progress
+    lines on stderr unless ``quiet``): go.mod, go.sum and the mains are the sources."""
+    return KUBE.build(quiet=quiet)
 
 
 # --------------------------------------------------------------------------- helpers
