@@ -232,7 +232,7 @@ class Run:
                         WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{tag}",
                         WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{tag}",
                         WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{tag}", WORKLOADMAP_PODS_TOPIC=f"pods-{tag}",
-                        WORKLOADMAP_NODES_TOPIC=f"nodes-{tag}", WORKLOADMAP_OWNERS_TOPIC=f"owners-{tag}",
+                        WORKLOADMAP_NODES_TOPIC=f"nodes-{tag}", WORKLOADMAP_STATE_TOPIC=f"state-{tag}",
                         WORKLOADMAP_CLIENT_ID=f"bench-{tag}", WORKLOADMAP_PARTITIONS=str(partitions))
         self.tag = tag
         self.partitions = partitions

@@ -14,7 +14,7 @@ their owners).  Printed: one JSON line with events/s, CPU microseconds per event
 time), pod records per pod event, and the machine's load average.
 
 ``--kafka``: the same stream through a real broker and one ``workloadmap run processors`` worker
-(exactly-once transactions, the pods, nodes and owners topics; no writer): events/s from the first
+(exactly-once transactions, the pods, nodes and state topics; no writer): events/s from the first
 publish until the worker's group has committed the last raw offset, and CPU microseconds per event
 of the worker and of the broker.
 """
@@ -134,7 +134,7 @@ def through_kafka(messages: list, pod_events: int, partitions: int = 3) -> dict:
                    WORKLOADMAP_PARTITIONS=str(partitions),
                    **{f"WORKLOADMAP_{name.upper()}_TOPIC": f"{name}-{tag}"
                       for name in ("raw", "workloads", "transitions", "deadletter", "definitions", "pods", "nodes",
-                                   "owners")})
+                                   "state")})
         log = open(Path(tmp) / "processors.log", "wb")
         worker = subprocess.Popen([sys.executable, "-m", "workloadmap", "run", "processors"], env=env, stdout=log,
                                   stderr=subprocess.STDOUT, cwd=tmp)
@@ -192,7 +192,7 @@ def main() -> None:
     processor, states = Processor(), MemoryStates()
     processor.process_batch([(k, v, records.RAW_TOPIC, 0, i) for i, (k, v) in enumerate(messages[:2000])],
                             lambda p: MemoryStates())   # warm-up (the resolver's caches) on a state of its own
-    counts = {"pods": 0, "records": 0, "dead_letters": 0, "owners": 0}
+    counts = {"pods": 0, "records": 0, "dead_letters": 0, "state": 0}
     cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     for start in range(0, len(messages), args.batch):
         batch = [(k, v, records.RAW_TOPIC, 0, start + i) for i, (k, v) in enumerate(messages[start:start + args.batch])]
@@ -207,7 +207,7 @@ def main() -> None:
         "seconds": round(seconds, 3), "events_per_s": round(len(messages) / seconds),
         "cpu_us_per_event": round(cpu / len(messages) * 1e6, 1),
         "pod_records": counts["pods"], "pod_records_per_pod_event": round(counts["pods"] / pod_events, 3),
-        "workload_records": counts["records"], "owner_messages": counts["owners"],
+        "workload_records": counts["records"], "state_messages": counts["state"],
         "dead_letters": counts["dead_letters"], "batch": args.batch, "load_average": os.getloadavg()}))
 
 

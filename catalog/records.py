@@ -21,7 +21,9 @@ in README.md and checked by tests).
 - dead letter (``workloadmap.deadletter.v1``): the original bytes (base64),
   the stage and a reason;
 - cluster definition (``workloadmap.definitions.v1``, compacted), key
-  ``cluster/name``: the WorkloadMap object a cluster applied, null once deleted.
+  ``cluster/name``: the WorkloadMap object a cluster applied, null once deleted;
+- processors' state (``workloadmap.state.v1``, compacted, internal): what a worker needs per live
+  object of a raw partition (processors/remembering.py).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ DEADLETTER_TOPIC = "workloadmap.deadletter.v1"
 # Pods and nodes as the warehouse keeps them (issue 25): key cluster/podUid, cluster/nodeName.
 PODS_TOPIC = "workloadmap.pods.v1"
 NODES_TOPIC = "workloadmap.nodes.v1"
-# The processors' owner links and pending pods (processors/attributing.py), compacted, partitioned as
-# the raw topic: key cluster/uid.  Internal: the state a restarted worker rebuilds, read by nothing else.
-OWNERS_TOPIC = "workloadmap.owners.v1"
+# The processors' state (processors/remembering.py): per raw partition, the summaries of the live
+# workloads, pods and nodes, owner links, pending pods and waiting workloads; compacted, partitioned as
+# the raw topic, key <what>:<cluster>/<uid>.  Internal: what a worker taking a partition over reads.
+STATE_TOPIC = "workloadmap.state.v1"
 # Definitions applied to clusters, as the processors accepted them: key cluster/name, value the
 # WorkloadMap object (a tombstone when deleted); compacted, read in full by every processor worker.
 DEFINITIONS_TOPIC = "workloadmap.definitions.v1"

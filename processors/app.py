@@ -19,12 +19,12 @@ One agent consumes the raw topic, a batch at a time (the batched path):
 
 Delivery: faust's ``exactly_once`` guarantee wraps the outputs and the input
 offsets of each commit in one Kafka transaction; readers use
-``read_committed``.  The per-object state is the latest record of each
-object, kept in memory and rebuilt, when a worker is assigned raw partition
-p, from partition p of the records topic (committed records only); the pod
-and node summaries likewise from the pods and nodes topics, the owner links
-and pending pods from the compacted owners topic (processors/attributing.py).  So after
-a crash the state is exactly what the committed records say, and the raw
+``read_committed``.  The per-object state (the summary of each live object's
+latest record, owner links, pending pods: processors/remembering.py) is kept in
+memory and rebuilt, when a worker is assigned raw partition p, from partition p
+of the compacted state topic (committed messages only), which the outputs'
+transactions write with the records.  So after a crash the state is exactly
+what the committed records say, and the raw
 events after the committed offsets are processed again against it: nothing
 is lost and nothing repeated.  A batch changes none of this: its events are
 acked after their outputs are in the producer, so a commit never carries an
@@ -58,8 +58,7 @@ from kafka.errors import KafkaError
 from workloadmap.catalog import records
 
 from .consuming import RawConsumer, ack_batch, current, event_batches
-from .attributing import node_summary, pod_summary
-from .processing import MemoryStates, Processor, summary_of
+from .processing import MemoryStates, Processor
 from .sending import OutputBatches, OutputProducer, OutputTopics
 
 MAX_BATCH = 1000  # events processed, sent and acked together, at most
@@ -79,7 +78,7 @@ class WorkerSettings:
     definitions_topic: str = records.DEFINITIONS_TOPIC
     pods_topic: str = records.PODS_TOPIC
     nodes_topic: str = records.NODES_TOPIC
-    owners_topic: str = records.OWNERS_TOPIC
+    state_topic: str = records.STATE_TOPIC
     partitions: int = 3
     replication_factor: int = 1
     exactly_once: bool = True
@@ -103,11 +102,12 @@ def _credentials(security: dict):
 
 
 class PartitionStates:
-    """Object states of the raw partitions this worker owns, rebuilt from the records topic."""
+    """Object states of the raw partitions this worker owns, rebuilt from the state topic."""
 
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.by_partition: dict[int, MemoryStates] = {}
+        self.recovered: dict[int, int] = {}   # raw partition -> state messages its last recovery read
 
     def of(self, partition: int) -> MemoryStates:
         states = self.by_partition.get(partition)
@@ -120,47 +120,42 @@ class PartitionStates:
             self.by_partition.pop(p, None)
 
     def recover(self, partitions) -> None:
-        """Read the committed outputs of these partitions (blocking: run it in an executor): the
-        records (workload states), pod and node records (their summaries) and the owners topic
-        (owner links and pending pods: processors/attributing.py)."""
+        """Read these partitions of the state topic, committed messages only, the latest message of
+        each key (a tombstone forgets it), into fresh stores (blocking: run it in an executor).
+
+        Only the state topic: compacted, it holds about one message per live object (and the deleted
+        ones not yet forgotten), so a recovery costs the live objects, not the history."""
         from kafka import KafkaConsumer, TopicPartition
 
         settings = self.settings
-        topics = (settings.workloads_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic)
         consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
                                  isolation_level="read_committed", client_id=f"{settings.app_id}-recovery",
                                  **_kafka_python_security(settings.security))
+        latest: dict[int, dict[bytes, bytes]] = {p: {} for p in partitions}
+        read = dict.fromkeys(partitions, 0)
         try:
-            existing = consumer.topics()
-            tps = [TopicPartition(t, p) for t in topics if t in existing for p in partitions]
+            tps = []
+            if settings.state_topic in consumer.topics():
+                tps = [TopicPartition(settings.state_topic, p) for p in partitions]
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
-            ends = consumer.end_offsets(tps)  # the last stable offsets: committed records only
-            states = {p: MemoryStates() for p in partitions}
+            ends = consumer.end_offsets(tps)  # the last stable offsets: committed messages only
             remaining = {tp for tp in tps if consumer.position(tp) < ends[tp]}
             while remaining:
                 for tp, messages in consumer.poll(timeout_ms=1000).items():
-                    state = states[tp.partition]
+                    kept = latest[tp.partition]
+                    read[tp.partition] += len(messages)
                     for m in messages:
-                        key = m.key.decode()
-                        if tp.topic == settings.owners_topic:
-                            state.recover_owner(key, None if m.value is None else records.decode(m.value))
-                            continue
-                        record = records.decode(m.value)
-                        if tp.topic == settings.workloads_topic:
-                            state[key] = summary_of(record)
-                        elif tp.topic == settings.pods_topic:
-                            state.pods.pods[key] = pod_summary(record)
+                        if m.value is None:
+                            kept.pop(m.key, None)
                         else:
-                            state.pods.nodes[key] = node_summary(record)
+                            kept[m.key] = m.value
                 remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
         finally:
             consumer.close()
-        for state in states.values():
-            for key in state.pods.waiting:
-                if key in state.pods.pods:
-                    state.pods.pods[key]["pending"] = True
-        self.by_partition.update(states)
+        for p, kept in latest.items():
+            self.by_partition[p] = MemoryStates.from_state(kept.items())
+        self.recovered.update(read)
 
 
 class ClusterDefinitions:
@@ -222,7 +217,7 @@ def _kafka_python_security(security: dict) -> dict:
 def create_app(settings: WorkerSettings, processor: Processor | None = None) -> faust.App:
     processor = processor or Processor()
     # faust wants a data directory (for local table stores); this app keeps its state in
-    # memory and rebuilds it from the records topic, so a private temporary one does, and
+    # memory and rebuilds it from the state topic, so a private temporary one does, and
     # no `<app id>-data` directory is left in the working directory
     data_dir = tempfile.TemporaryDirectory(prefix="workloadmap-processors-")
     app = faust.App(
@@ -308,7 +303,7 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # Acks are manual and come last, so a committed offset never lacks its outputs.
         outputs = OutputBatches(app, settings.raw_topic, settings.exactly_once, OutputTopics(
             settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
-            settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.owners_topic),
+            settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.state_topic),
             settings.partitions)
         await outputs.start()
         async for events in event_batches(stream, MAX_BATCH):

@@ -18,7 +18,9 @@ State, per raw partition (``PodStates``, part of processing.MemoryStates):
   (or, for a pod attributed before, the workload it had: a terminating pod whose ReplicaSet was
   deleted first stays its Deployment's);
 - pod and node summaries: the kept fields of their latest record (a record is emitted only when one
-  of them changes), resourceVersion (repeats and older events produce nothing), state and since.
+  of them changes), resourceVersion (repeats and older events produce nothing), state and since;
+  a deleted pod or node keeps only its resourceVersion and deletion time until it is forgotten
+  (processors/remembering.py: a deletion of a pod or node not known makes no record).
 
 Why a pod's status churn is cheap: most pod events are the kubelet's status updates (containers
 created, Running, Ready flipping), which change nothing a record keeps.  A pod's summary also holds
@@ -27,15 +29,15 @@ resourceVersion, its spec: ``_identity``), with the catalog and the owner links 
 with; an event with the same digest, catalog and links (and a cluster whose pod selectors read no
 status) needs only its state (phase, node) compared, not its request parsed, its owner chain
 followed and its pod selectors evaluated again.  The digest is a cache in memory: a summary
-recovered from the pods topic has none, and its next event takes the whole path.
+recovered from the state topic has none, and its next event takes the whole path.
 
 Why that fits the partitioning: the raw topic is keyed by cluster/namespace for namespaced objects
 (``records.raw_key``), and ownerReferences never leave a namespace, so a pod and its whole chain
 are in one raw partition, in order: the state is the partition's own, and an owner arriving after
 its pods resolves them in the same partition's transaction.  In the faust app the state survives a
-restart through the topics the outputs go to (app.py): pod and node summaries are their records;
-owner links and pending pods are the compacted owners topic (``Outputs.owners``: a link, a pending
-pod, or a tombstone when an owner is deleted or a pending pod attributed).
+restart through the compacted state topic (``Outputs.state``, remembering.py): a pod's or node's
+latest record, an owner link, a pending pod, or a tombstone when an owner is deleted, a pending
+pod attributed or a deleted pod or node forgotten.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from workloadmap.catalog.attributing import (
     workload_kinds)
 from workloadmap.catalog.jqlang.reading import ANY, paths_read
 from workloadmap.catalog.pods import match_pod
+
+from . import remembering
+from .remembering import event_seconds, state_key
 
 MAX_CHAIN = 16   # owner links followed at most (a cycle of references must not hang a worker)
 
@@ -67,7 +72,7 @@ class Rejected(Exception):
 class PodStates:
     """Owner links, pending pods and pod and node summaries of one raw partition."""
 
-    def __init__(self):
+    def __init__(self, deleted=None):
         self.owners: dict[str, tuple] = {}        # cluster/uid -> (apiVersion, kind, name, controller ref or None)
         self.pending: dict[str, dict] = {}        # cluster/ownerUid -> {cluster/podUid: raw event}
         self.waiting: dict[str, str] = {}         # cluster/podUid -> the cluster/ownerUid it waits for
@@ -76,20 +81,27 @@ class PodStates:
         # owner links changed or removed so far: a pod attributed before a change is attributed again
         # at its next event (see the module docstring; a link added changes no attributed pod's chain)
         self.links_changed = 0
+        # deleted(prefix, key, deletedAt, out): a pod or node recorded as deleted (the store
+        # remembers it for a while: processing.MemoryStates.deleted)
+        self.deleted = deleted or (lambda *args: None)
 
-    # -- recovery (app.py): what the output topics say ---------------------------------
-    def recover_owner(self, key: str, value: dict | None) -> None:
-        """One message of the owners topic (the latest per key wins: compaction keeps it so)."""
-        if value is None:
-            self.owners.pop(key, None)
-            self._unwait(key)
-        elif "pod" in value:
-            self._unwait(key)
+    # -- recovery (app.py): the latest state topic message of each key ----------------
+    def recover(self, prefix: str, key: str, value: dict) -> None:
+        if prefix == remembering.POD:
+            self.pods[key] = _deleted_pod(value) if value["deleted"] else pod_summary(value)
+        elif prefix == remembering.NODE:
+            self.nodes[key] = _deleted_node(value) if value["deleted"] else node_summary(value)
+        elif prefix == remembering.OWNER:
+            self.owners[key] = _link_tuple(value["owner"])
+        elif prefix == remembering.PENDING:
             self.waiting[key] = value["waitsFor"]
             self.pending.setdefault(value["waitsFor"], {})[key] = value["pod"]
-        else:
-            link = value["owner"]
-            self.owners[key] = _link_tuple(link)
+
+    def recovered(self) -> None:
+        for key in self.waiting:
+            summary = self.pods.get(key)
+            if summary is not None:
+                summary["pending"] = True
 
     def _unwait(self, pod_key: str) -> None:
         owner = self.waiting.pop(pod_key, None)
@@ -99,6 +111,17 @@ class PodStates:
                 waiting.pop(pod_key, None)
                 if not waiting:
                     del self.pending[owner]
+
+
+def _deleted_pod(record: dict) -> dict:
+    """What is remembered of a deleted pod until it is forgotten: that it is deleted, since when."""
+    return {"rv": record.get("resourceVersion"), "deleted": True, "deletedAt": event_seconds(record["observedAt"])}
+
+
+def _deleted_node(record: dict) -> dict:
+    """A deleted node: its uid too (a node created again under its name is another one)."""
+    return {"rv": record.get("resourceVersion"), "deleted": True, "kept": (record.get("uid"),),
+            "deletedAt": event_seconds(record["observedAt"])}
 
 
 def _link_tuple(link: dict) -> tuple:
@@ -205,7 +228,7 @@ class Attributing:
         if event["type"] == "DELETED":
             if states.owners.pop(key, None) is not None:
                 states.links_changed += 1
-                out.owners.append((key.encode(), None))
+                out.state.append((state_key(remembering.OWNER, key), None))
             return
         ref = controller_of(obj)
         link = (obj.get("apiVersion"), obj.get("kind"), meta.get("name"),
@@ -218,7 +241,7 @@ class Attributing:
             value = {"owner": {"apiVersion": link[0], "kind": link[1], "name": link[2], "controller": None if ref is None
                                else {"apiVersion": link[3][0], "kind": link[3][1], "name": link[3][2],
                                      "uid": link[3][3]}}}
-            out.owners.append((key.encode(), records.encode(value)))
+            out.state.append((state_key(remembering.OWNER, key), records.encode(value)))
         waiting = states.pending.pop(key, None)
         if waiting:
             for pod_key, pod_event in list(waiting.items()):
@@ -278,6 +301,8 @@ class Attributing:
         if attributing_at is None and previous is not None and (previous["deleted"] or not rv_newer(rv, previous["rv"])):
             return False   # a re-delivery, or older than what was already processed
         deleted = event["type"] == "DELETED"
+        if deleted and previous is None:
+            return controller_of(obj) is None   # forgotten, or never seen alive: nothing to end
         catalog = self.catalog_for(cluster)
         identity = None
         if (previous is not None and attributing_at is None and not deleted and not previous.get("pending")
@@ -308,7 +333,7 @@ class Attributing:
             if missing is not None and not deleted:
                 states.waiting[key] = missing
                 states.pending.setdefault(missing, {})[key] = event
-                out.owners.append((key.encode(), records.encode({"pod": event, "waitsFor": missing})))
+                out.state.append((state_key(remembering.PENDING, key), records.encode({"pod": event, "waitsFor": missing})))
                 attribution = (previous["attribution"] if previous is not None
                                and previous["attribution"]["workload"] is not None
                                else {"workload": None, "framework": None, "definition": None, "component": None,
@@ -319,7 +344,7 @@ class Attributing:
             else:
                 attribution = self._attribution(cluster, obj, top, workloads, catalog)
         if previous is not None and previous.get("pending") and key not in states.waiting:
-            out.owners.append((key.encode(), None))   # no longer pending
+            out.state.append((state_key(remembering.PENDING, key), None))   # no longer pending
         state = pod_state(facts["phase"], facts["nodeName"], deleted)
         kept = _pod_kept(state, {**facts, **attribution}, attribution["workload"])
         pending = key in states.waiting
@@ -342,9 +367,15 @@ class Attributing:
         }
         if facts.get("gpuResources"):
             record["gpuResources"] = facts["gpuResources"]
-        out.pods.append((key.encode(), records.encode(record)))
-        states.pods[key] = {"rv": rv, "state": state, "since": record["stateSince"], "deleted": deleted, "at": at,
-                            "kept": kept, "attribution": attribution, "pending": pending, **remembered}
+        value = records.encode(record)
+        out.pods.append((key.encode(), value))
+        out.state.append((state_key(remembering.POD, key), value))
+        if deleted:
+            states.pods[key] = summary = _deleted_pod(record)
+            states.deleted(remembering.POD, key, summary["deletedAt"], out)
+        else:
+            states.pods[key] = {"rv": rv, "state": state, "since": record["stateSince"], "deleted": False, "at": at,
+                                "kept": kept, "attribution": attribution, "pending": pending, **remembered}
         return controller_of(obj) is None
 
     # -- nodes -----------------------------------------------------------------------------
@@ -364,6 +395,8 @@ class Attributing:
             return
         if previous is not None and previous["deleted"] and previous["kept"][0] == meta["uid"]:
             return   # the node was deleted: a late event of it must not bring it back
+        if deleted and (previous is None or previous["deleted"]):
+            return   # forgotten, or never seen alive: nothing to end
         try:
             facts = node_facts(obj, self.catalog_for(cluster).resolver.gpus)
         except MalformedObject as exc:
@@ -373,8 +406,14 @@ class Attributing:
                   "creationTimestamp": meta.get("creationTimestamp"), **facts}
         summary = node_summary(record)
         if previous is None or summary["kept"] != previous["kept"] or deleted != previous["deleted"]:
-            out.nodes.append((key.encode(), records.encode(record)))
-            states.nodes[key] = summary
+            value = records.encode(record)
+            out.nodes.append((key.encode(), value))
+            out.state.append((state_key(remembering.NODE, key), value))
+            if deleted:
+                states.nodes[key] = summary = _deleted_node(record)
+                states.deleted(remembering.NODE, key, summary["deletedAt"], out)
+            else:
+                states.nodes[key] = summary
         else:
             previous["rv"] = rv
 

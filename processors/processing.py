@@ -11,14 +11,15 @@ partition in their order.
 
 Why state per object: re-delivered or duplicated events (same cluster, uid,
 resourceVersion) must produce no second record, and a status change needs the
-previous status and since when it held.  The state of an object is exactly
-its latest record (its resourceVersion, status and statusSince), so in the
-faust app the records topic itself is the state's changelog: a record and the
-state it implies are one write and cannot diverge after a crash.  State is
-kept per raw partition and keyed by object (cluster/uid); every event of an
-object is in one raw partition (the message key is its cluster/namespace:
-``records.raw_key``), so workers that split the partitions split the state
-with them.  Pods, nodes and the owners pods point at are attributing.py's.
+previous status and since when it held.  The state of a workload is the summary
+of its latest record (its resourceVersion, status and statusSince); in the faust
+app it goes to the compacted state topic in the transaction of the record it
+comes from (remembering.py), so a record and the state it implies cannot diverge
+after a crash.  State is kept per raw partition and keyed by object
+(cluster/uid); every event of an object is in one raw partition (the message key
+is its cluster/namespace: ``records.raw_key``), so workers that split the
+partitions split the state with them.  Pods, nodes and the owners pods point at
+are attributing.py's; when deleted objects are forgotten is remembering.py's.
 
 Every record carries ``previousStatus``, ``previousStatusSince`` and
 ``statusSince``; a transition is a record whose status differs from its
@@ -46,7 +47,7 @@ events, so records made outside them would wait in an open transaction on a
 quiet partition, and a timer committing them would race faust's commits.  The
 relay is in the raw topic until its offset commits, so a worker killed before
 the resolve finds it again; the waiting workloads survive the same way, as
-their raw events in the compacted owners topic (``waiting_key``), so a new
+their raw events in the state topic (``remembering.WAITING``), so a new
 owner of the partition knows them.
 """
 
@@ -62,10 +63,10 @@ from workloadmap.catalog.attributing import controller_of
 from workloadmap.catalog.validating import load_definition
 
 from .attributing import Attributing, PodStates, Rejected, is_node, is_pod, rv_newer
+from .remembering import NODE, POD, WAITING, WORKLOAD, Forgetting, event_seconds, split_key, state_key
 
 DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
 _NOTHING = ObjectIndex()   # the lookup of a cluster no referenced object came from yet
-WAITING_SUFFIX = "#references"   # owners topic keys of waiting workloads (a uid has no '#')
 
 
 @dataclass
@@ -78,8 +79,7 @@ class Outputs:
     definitions: list = field(default_factory=list)  # (cluster/name, WorkloadMap bytes or None when deleted)
     pods: list = field(default_factory=list)         # pod records (attributing.py)
     nodes: list = field(default_factory=list)        # node records
-    owners: list = field(default_factory=list)       # owner links, pending pods (attributing.py) and waiting
-                                                     # workloads (waiting_key), or tombstones
+    state: list = field(default_factory=list)        # the state topic's messages (remembering.py), or tombstones
     relays: list = field(default_factory=list)       # referenced objects' events for every other raw partition
 
 
@@ -100,11 +100,6 @@ def summary_of(record: dict) -> dict:
 def references_found(record: dict) -> str:
     """Which of a record's references were found, as "1"/"0" per reference."""
     return "".join("1" if r.get("found") else "0" for r in record.get("references") or [])
-
-
-def waiting_key(state_key: str) -> bytes:
-    """The owners topic key of a workload waiting for referenced objects (beside its owner link)."""
-    return f"{state_key}{WAITING_SUFFIX}".encode()
 
 
 def related_ident(cluster: str, obj: dict) -> tuple:
@@ -146,39 +141,94 @@ class WaitingWorkloads:
         """(state key, raw event) of the workloads that lack this object."""
         return [(key, self.events[key]) for key in self.by_object.get(ident, ())]
 
-    def message(self, state_key: str) -> tuple[bytes, bytes]:
-        """The owners topic message that keeps a waiting workload (``recover`` reads it back)."""
-        lacks = [list(ident[1:]) for ident in self.lacks[state_key]]
-        return waiting_key(state_key), records.encode({"workload": self.events[state_key], "lacks": lacks})
+    def message(self, key: str) -> tuple[bytes, bytes]:
+        """The state topic message that keeps a waiting workload (``recover`` reads it back)."""
+        lacks = [list(ident[1:]) for ident in self.lacks[key]]
+        return state_key(WAITING, key), records.encode({"workload": self.events[key], "lacks": lacks})
 
-    def recover(self, state_key: str, value: dict | None) -> None:
-        """One owners topic message of a waiting workload (the latest per key wins: compaction keeps it so)."""
-        if value is None:
-            self.drop(state_key)
-            return
+    def recover(self, state_key: str, value: dict) -> None:
+        """A waiting workload's latest state topic message."""
         event = value["workload"]
         self.wait(state_key, event, tuple((event["cluster"], *ident) for ident in value["lacks"]))
 
 
 class MemoryStates(dict):
-    """Workload states by cluster/uid in a dict, and beside them the pod, node and owner state
-    (``pods``, attributing.PodStates) and the waiting workloads: the embedded pipeline's store (and
-    the tests')."""
+    """A raw partition's state: workload summaries by cluster/uid in the dict itself, the pod, node and
+    owner state (``pods``, attributing.PodStates), the waiting workloads, and the deleted objects still
+    remembered (``forgetting``, remembering.py).  The faust app keeps one per raw partition, the
+    embedded pipeline one in all; each change it makes goes out as a state topic message
+    (``Outputs.state``) and ``recover`` reads those back."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, forgetting: Forgetting | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.pods = PodStates()
+        self.forgetting = Forgetting() if forgetting is None else forgetting
+        self.pods = PodStates(self.deleted)
         self.waiting = WaitingWorkloads()
+        self._tables = {WORKLOAD: self, POD: self.pods.pods, NODE: self.pods.nodes}
 
-    def remember(self, key: str, record: dict, value: bytes) -> None:
-        self[key] = summary_of(record)
+    def remember(self, key: str, record: dict, out: Outputs) -> None:
+        """A workload's new record: its summary, in memory and in the state topic."""
+        summary = summary_of(record)
+        if summary["deleted"]:
+            summary = {"rv": summary["rv"], "status": summary["status"], "since": summary["since"],
+                       "deleted": True, "deletedAt": event_seconds(record["observedAt"])}
+        self[key] = summary
+        out.state.append((state_key(WORKLOAD, key), records.encode(summary)))
+        if summary["deleted"]:
+            self.deleted(WORKLOAD, key, summary["deletedAt"], out)
 
-    def recover_owner(self, key: str, value: dict | None) -> None:
-        """One message of the owners topic (app.py's recovery): a waiting workload's, else attributing's."""
-        if key.endswith(WAITING_SUFFIX):
-            self.waiting.recover(key[:-len(WAITING_SUFFIX)], value)
+    # -- forgetting deleted objects (remembering.py) -------------------------------------
+    def deleted(self, prefix: str, key: str, at: float, out: Outputs) -> None:
+        """An object just recorded as deleted (its summary has ``deletedAt`` `at`): remembered for a
+        while; the oldest deleted objects forgotten now if there are too many."""
+        self.forgetting.add(at, prefix, key)
+        for entry in self.forgetting.over():
+            self._forget(entry, out)
+
+    def expire(self, observed: str, out: Outputs) -> None:
+        """Forget the objects deleted long enough before this event (its observedAt)."""
+        if self.forgetting.heap:
+            for entry in self.forgetting.due(event_seconds(observed)):
+                self._forget(entry, out)
+
+    def _forget(self, entry: tuple, out: Outputs) -> None:
+        at, prefix, key = entry
+        table = self._tables[prefix]
+        summary = table.get(key)
+        # a node deleted and created again under its name is no longer the deletion remembered
+        if summary is not None and summary.get("deleted") and summary.get("deletedAt") == at:
+            del table[key]
+            out.state.append((state_key(prefix, key), None))
+
+    # -- recovery (app.py) ---------------------------------------------------------------
+    @classmethod
+    def from_state(cls, messages) -> "MemoryStates":
+        """A store rebuilt from a raw partition's state topic messages, ``(key, value bytes or None)``
+        in their order: the latest value of each key, none for a key whose latest is a tombstone."""
+        latest: dict[bytes, bytes] = {}
+        for key, value in messages:
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = value
+        state = cls()
+        for key, value in latest.items():
+            state.recover(key.decode(), records.decode(value))
+        state.pods.recovered()
+        return state
+
+    def recover(self, key: str, value: dict) -> None:
+        """A state topic message (the latest of its key; tombstoned keys are never given): into memory."""
+        prefix, rest = split_key(key)
+        if prefix == WORKLOAD:
+            self[rest] = value
+        elif prefix == WAITING:
+            self.waiting.recover(rest, value)
         else:
-            self.pods.recover_owner(key, value)
+            self.pods.recover(prefix, rest, value)
+        summary = self._tables[prefix].get(rest) if prefix in self._tables else None
+        if summary is not None and summary.get("deleted"):
+            self.forgetting.add(summary["deletedAt"], prefix, rest)
 
 
 def transition_of(record: dict) -> dict | None:
@@ -354,19 +404,19 @@ class Processor:
                                     key=records.raw_key(workload_event["cluster"], workload_event["object"]))
                 out.dead_letters.append((letter.key, records.encode(letter.to_dict())))
 
-    def _note_waiting(self, event: dict, state_key: str, record: dict, state, out: Outputs) -> None:
+    def _note_waiting(self, event: dict, key: str, record: dict, state, out: Outputs) -> None:
         """Keep (or drop) a workload's latest event under each referenced object it was resolved without,
-        in the store and in the owners topic (so that a restarted or new owner of the partition has it)."""
+        in the store and in the state topic (so that a restarted or new owner of the partition has it)."""
         lacks = () if record.get("deleted") else tuple(
             (event["cluster"], ref["apiVersion"].rpartition("/")[0], ref["kind"], ref["namespace"] or None,
              ref["objectName"])
             for ref in record.get("references") or () if not ref["found"] and ref["kind"] is not None)
         waiting = state.waiting
         if lacks:
-            waiting.wait(state_key, event, lacks)
-            out.owners.append(waiting.message(state_key))
-        elif waiting.drop(state_key):
-            out.owners.append((waiting_key(state_key), None))
+            waiting.wait(key, event, lacks)
+            out.state.append(waiting.message(key))
+        elif waiting.drop(key):
+            out.state.append((state_key(WAITING, key), None))
 
     def _definition_event(self, event: dict, out: Outputs):
         try:
@@ -415,6 +465,7 @@ class Processor:
     def _process_into(self, out: Outputs, key, value, state, topic, partition, offset) -> None:
         try:
             event = _parse(value)
+            state.expire(event["observedAt"], out)
             obj = event["object"]
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
                 self._definition_event(event, out)
@@ -465,6 +516,8 @@ class Processor:
         if previous is not None and (previous.get("deleted") or not rv_newer(rv, previous.get("rv"))):
             if not (again and not previous.get("deleted") and rv == previous.get("rv")):
                 return  # a re-delivery, or older than what was already processed
+        if previous is None and event["type"] == "DELETED":
+            return  # forgotten, or never seen alive: nothing of it to end (remembering.py)
         try:
             resolved = self.catalog_for(cluster).resolve(obj, self._related.get(cluster) or _NOTHING)
         except UnknownKindError as exc:
@@ -490,6 +543,6 @@ class Processor:
         transition = transition_of(record)
         if transition is not None:
             out.transitions.append((key, records.encode(transition)))
-        state.remember(state_key, record, value)
+        state.remember(state_key, record, out)
         if "references" in record or state_key in state.waiting.events:
             self._note_waiting(event, state_key, record, state, out)

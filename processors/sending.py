@@ -95,7 +95,7 @@ class OutputTopics(NamedTuple):
     definitions: str
     pods: str = records_module.PODS_TOPIC
     nodes: str = records_module.NODES_TOPIC
-    owners: str = records_module.OWNERS_TOPIC
+    state: str = records_module.STATE_TOPIC
 
 
 class OutputBatches:
@@ -149,7 +149,7 @@ class OutputBatches:
             for topic, pairs in ((self.topics.records, out.records), (self.topics.transitions, out.transitions),
                                  (self.topics.dead_letters, out.dead_letters),
                                  (self.topics.definitions, out.definitions), (self.topics.pods, out.pods),
-                                 (self.topics.nodes, out.nodes), (self.topics.owners, out.owners)):
+                                 (self.topics.nodes, out.nodes), (self.topics.state, out.state)):
                 for key, value in pairs:
                     self.add(partition, topic, key, value)
             if out.relays:

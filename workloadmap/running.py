@@ -35,6 +35,17 @@ from .embedding import EmbeddedPipeline
 from .settings import Settings, check_broker
 
 
+# The processors' state topic (processors/remembering.py) is compacted while the pipeline runs, not
+# only once a week: the log cleaner never touches the segment being written, so segments roll every
+# minute (or 16 MiB); a partition is cleaned once a tenth of it is superseded, and within two minutes
+# of a message at the latest; tombstones stay readable ten minutes after a clean, longer than a
+# worker's recovery reads the partition (else a recovery could see a value and miss its tombstone).
+STATE_TOPIC_CONFIG = {
+    "cleanup.policy": "compact", "segment.ms": "60000", "segment.bytes": str(16 << 20),
+    "min.cleanable.dirty.ratio": "0.1", "max.compaction.lag.ms": "120000", "delete.retention.ms": "600000",
+}
+
+
 def ensure_topics(settings: Settings) -> None:
     """Create the pipeline's topics when missing (idempotent); BrokerUnavailable at once when no
     broker answers (every service and `replay` start here)."""
@@ -53,10 +64,14 @@ def ensure_topics(settings: Settings) -> None:
                     for t in (settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
                               settings.pods_topic, settings.nodes_topic)
                     if t not in existing]
-        # as many partitions as the raw topic: a worker publishes a definition, an owner link or a
-        # pending pod in the transaction of the raw partition it came from (same partition number)
-        missing += [NewTopic(t, settings.partitions, 1, topic_configs={"cleanup.policy": "compact", **outputs})
-                    for t in (settings.definitions_topic, settings.owners_topic) if t not in existing]
+        # as many partitions as the raw topic: a worker publishes a definition or its state in the
+        # transaction of the raw partition it came from (same partition number)
+        if settings.definitions_topic not in existing:
+            missing.append(NewTopic(settings.definitions_topic, settings.partitions, 1,
+                                    topic_configs={"cleanup.policy": "compact", **outputs}))
+        if settings.state_topic not in existing:
+            missing.append(NewTopic(settings.state_topic, settings.partitions, 1,
+                                    topic_configs={**STATE_TOPIC_CONFIG, **outputs}))
         if missing:
             try:
                 admin.create_topics(missing)
@@ -124,7 +139,7 @@ def run_processors(settings: Settings) -> None:
         raw_topic=settings.raw_topic, workloads_topic=settings.workloads_topic,
         transitions_topic=settings.transitions_topic, deadletter_topic=settings.deadletter_topic,
         definitions_topic=settings.definitions_topic, pods_topic=settings.pods_topic, nodes_topic=settings.nodes_topic,
-        owners_topic=settings.owners_topic, partitions=settings.partitions, security=settings.security(),
+        state_topic=settings.state_topic, partitions=settings.partitions, security=settings.security(),
     ))
     quiet_kafka_logs()
     collect_garbage_rarely()

@@ -38,7 +38,7 @@ class Settings:
     definitions_topic: str = records.DEFINITIONS_TOPIC
     pods_topic: str = records.PODS_TOPIC
     nodes_topic: str = records.NODES_TOPIC
-    owners_topic: str = records.OWNERS_TOPIC    # the processors' owner links and pending pods (compacted)
+    state_topic: str = records.STATE_TOPIC      # the processors' state (compacted, internal)
     duckdb: str = DEFAULT_DUCKDB
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"

@@ -168,7 +168,7 @@ def test_the_charts_commands_work_with_only_their_volumes_writable(helm_binary, 
     run = uuid.uuid4().hex[:8]
     specs = pod_specs(render("wm", "wm", "single-cluster.yaml", sets=("warehouse.serve.enabled=true",)))
     env = {f"WORKLOADMAP_{t.upper()}_TOPIC": f"{t}-{run}" for t in
-           ("raw", "workloads", "transitions", "deadletter", "definitions", "pods", "nodes", "owners")}
+           ("raw", "workloads", "transitions", "deadletter", "definitions", "pods", "nodes", "state")}
     env.update(WORKLOADMAP_BOOTSTRAP_SERVERS=kafka_broker.bootstrap_servers, WORKLOADMAP_CLIENT_ID=f"image-{run}")
     pods = {name.removeprefix("wm-workloadmap-"): ChartPod(name.removeprefix("wm-workloadmap-"), spec, tmp_path,
                                                            env, kube_cluster.kubeconfig)

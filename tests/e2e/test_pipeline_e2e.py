@@ -52,7 +52,7 @@ class Pipeline:
                         WORKLOADMAP_TRANSITIONS_TOPIC=f"transitions-{run}",
                         WORKLOADMAP_DEADLETTER_TOPIC=f"deadletter-{run}",
                         WORKLOADMAP_PODS_TOPIC=f"pods-{run}", WORKLOADMAP_NODES_TOPIC=f"nodes-{run}",
-                        WORKLOADMAP_OWNERS_TOPIC=f"owners-{run}", WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{run}",
+                        WORKLOADMAP_STATE_TOPIC=f"state-{run}", WORKLOADMAP_DEFINITIONS_TOPIC=f"definitions-{run}",
                         WORKLOADMAP_CLIENT_ID=f"e2e-{run}", WORKLOADMAP_DUCKDB=str(tmp / "warehouse.duckdb"))
         self.snapshot = tmp / "snapshot.duckdb"
         self.workdir = tmp / "workdir"   # the services' working directory: they leave nothing in it

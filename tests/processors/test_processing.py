@@ -298,31 +298,29 @@ def test_a_workload_waiting_on_another_state_store_is_resolved_by_the_relayed_co
     assert decoded(processor.process(key, relay, jobs).records) == []   # a second copy: nothing new
 
 
-def test_a_waiting_workload_is_kept_in_the_owners_topic_until_resolved(processor):
+def test_a_waiting_workload_is_kept_in_the_state_topic_until_resolved(processor):
     """What a new owner of the partition rebuilds its waiting workloads from (app.py's recovery): the
-    TrainJob's raw event under `<cluster>/<uid>#references` while its runtime is missing, a tombstone
-    once resolved. A store recovered from those messages and the record resolves it at the relay."""
+    TrainJob's raw event under `waiting:<cluster>/<uid>` while its runtime is missing, a tombstone
+    once resolved. A store recovered from those messages resolves it at the relay."""
     job = example_objects("trainjob")["llama-finetune"]
     state = MemoryStates()
     first = processor.process(None, event(job, "ADDED"), state)
     uid = job["metadata"]["uid"]
-    ((key, value),) = [(k, v) for k, v in first.owners if k.endswith(b"#references")]
-    assert key == f"prod/{uid}#references".encode()
+    ((key, value),) = [(k, v) for k, v in first.state if k.startswith(b"waiting:")]
+    assert key == f"waiting:prod/{uid}".encode()
     kept = json.loads(value)
     assert kept["workload"]["object"]["metadata"]["uid"] == uid
     assert kept["lacks"] == [["trainer.kubeflow.org", "ClusterTrainingRuntime", None, "torch-distributed"]]
-    # a new owner of the partition, in another process: the record's summary and the owners topic's messages
-    recovered = MemoryStates({f"prod/{uid}": state[f"prod/{uid}"]})
-    for k, v in first.owners:
-        recovered.recover_owner(k.decode(), json.loads(v))
+    # a new owner of the partition, in another process: the state topic's messages (the record's summary too)
+    recovered = MemoryStates.from_state(first.state)
+    assert recovered[f"prod/{uid}"] == state[f"prod/{uid}"]
     fresh = Processor()
     relay = fresh.process(None, event(_runtime(), "ADDED"), MemoryStates()).relays[0][1]
     out = fresh.process(None, relay, recovered)
     (record,) = decoded(out.records)
     assert record["total"]["pods"] == 4
-    assert out.owners == [(key, None)]
-    recovered.recover_owner(key.decode(), None)
-    assert recovered.waiting.events == {}
+    assert (key, None) in out.state
+    assert MemoryStates.from_state(first.state + out.state).waiting.events == {}
 
 
 def test_a_workload_failing_to_resolve_with_its_runtime_is_dead_lettered_and_the_others_go_on(processor):

@@ -123,7 +123,7 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
         def append(self, key, value, timestamp):
             return object()
 
-    topics = OutputTopics("records", "transitions", "dead", "definitions", pods="pods", owners="owners")
+    topics = OutputTopics("records", "transitions", "dead", "definitions", pods="pods", state="state")
 
     async def main():
         transaction = {"app-0": 1, "app-1": 1}   # the open transaction of each partition's producer
@@ -147,7 +147,7 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
         outputs._transactional_id = lambda partition: f"app-{partition}"
         outputs._new_batch = lambda partition: Builder()
         outputs.add_batch({p: Outputs(records=[(b"k", b"r")], transitions=[(b"k", b"t")], pods=[(b"k", b"p")],
-                                      owners=[(b"k", b"o")]) for p in (0, 1)})
+                                      state=[(b"k", b"o")]) for p in (0, 1)})
 
         async def committing(tid):   # faust's commit: under the partition's lock, end it and begin the next
             for _ in range(10):
@@ -160,6 +160,6 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
 
     sent = asyncio.run(main())
     assert sorted((p, t) for p, t, _ in sent) == sorted(
-        (p, t) for p in (0, 1) for t in ("records", "transitions", "pods", "owners"))
+        (p, t) for p in (0, 1) for t in ("records", "transitions", "pods", "state"))
     for p in (0, 1):
         assert len({n for q, _, n in sent if q == p}) == 1, f"partition {p}'s outputs in several transactions: {sent}"
