@@ -39,9 +39,9 @@ import pyarrow as pa
 from workloadmap.catalog import records
 from workloadmap.catalog.records import EVENT_TYPES
 
-from .checking import MalformedRecord, timestamp_micros
+from .checking import EPOCH, MICROSECOND, MalformedRecord, timestamp_micros
 from .deletions import DeletedWorkloads
-from .schema import DAILY_ALLOCATION_OF, NODE_COLUMNS, POD_COLUMNS
+from .schema import NODE_COLUMNS, POD_COLUMNS
 
 POD_STATES = ("Pending", "Bound", "Terminated")
 TERMINATED = "Terminated"
@@ -160,8 +160,9 @@ def check_pod(record) -> tuple:
             gpus, cpu, memory, gres)
 
 
-# Row indexes of check_node's tuples.
+# Row indexes of check_node's tuples, and of node_current's rows (_NODE_CURRENT_COLUMNS).
 _N_UID, _N_OBS, _N_VK, _N_DEL, _N_KEPT = 2, 3, 4, 5, slice(6, 20)
+_NC_FROM, _NC_POOL, _NC_DELETED = 3, 16, 20
 
 
 def check_node(record) -> tuple:
@@ -232,17 +233,21 @@ def _pairs(value) -> list:
     return sorted(value.items()) if isinstance(value, dict) else sorted((k, v) for k, v in value)
 
 
-def _current(conn, table: str, key: str, columns: str, keys) -> dict[tuple, list]:
-    """The batch's rows of a keyed *_current table (a join on the batch's keys), by (cluster, key)."""
-    conn.register("wm_alloc_keys", _table(sorted(keys), _KEYS))
-    try:
-        selected = ", ".join(f"epoch_us({c})" if c in ("created", "valid_from", "observed_at") else c
-                             for c in columns.split(", "))
-        result = conn.sql(f"SELECT {selected} FROM {table} c WHERE EXISTS "
-                          f"(SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = c.cluster AND k.key = c.{key})"
-                          ).to_arrow_table()
-    finally:
-        conn.unregister("wm_alloc_keys")
+def _current(conn, table: str, key: str, columns: str, keys=None) -> dict[tuple, list]:
+    """The batch's rows of a keyed *_current table (a join on the batch's keys), by (cluster, key); all
+    its rows without `keys`."""
+    selected = ", ".join(f"epoch_us({c})" if c in ("created", "valid_from", "observed_at") else c
+                         for c in columns.split(", "))
+    if keys is None:
+        result = conn.sql(f"SELECT {selected} FROM {table}").to_arrow_table()
+    else:
+        conn.register("wm_alloc_keys", _table(sorted(keys), _KEYS))
+        try:
+            result = conn.sql(f"SELECT {selected} FROM {table} c WHERE EXISTS "
+                              f"(SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = c.cluster AND k.key = c.{key})"
+                              ).to_arrow_table()
+        finally:
+            conn.unregister("wm_alloc_keys")
     out = {}
     for row in zip(*[c.to_pylist() for c in result.columns]):
         out[(row[0], row[1])] = list(row)
@@ -271,12 +276,60 @@ def _delete(conn, table: str, key: str, keys) -> None:
 _POD_CURRENT_COLUMNS = POD_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key"
 _NODE_CURRENT_COLUMNS = NODE_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key, deleted"
 _OBS_POS = operator.itemgetter(_P_OBS)
-# The closed intervals' GPU-seconds per UTC day, added to daily_allocation (the idle report reads it for
-# whole days instead of every closed interval: queries/idle_cost.sql); split by the node intervals the
-# writer has (the batch's node records are applied first: writing.py), in their pools.
-_KEEP_DAILY = ("INSERT INTO daily_allocation " + DAILY_ALLOCATION_OF.format(source="wm_alloc_closed")
-               + " ON CONFLICT (day, cluster, node_pool, known_node, resource) DO UPDATE "
-                 "SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds")
+
+# The closed Bound intervals' GPU-seconds per UTC day, added to daily_allocation (the idle report reads
+# it for whole days instead of every closed interval: queries/idle_cost.sql), split by the intervals of
+# their nodes the writer has (the batch's node records are applied first: writing.py), in their pools.
+# The split is computed in Python (``daily_allocation``), not with schema.DAILY_ALLOCATION_OF (which the
+# migration runs over a whole history): on a batch's hundred closed intervals that statement's planning
+# and aggregate tables cost several times the rest of the batch's pods; the node intervals it needs are
+# the writer's copy of node_current (``Allocations``) answers for the open ones, and node_history is read
+# only for a node whose open interval began after a closed pod interval did, or that was deleted.
+_NODE_HISTORY_OF = """
+SELECT cluster, name, epoch_us(valid_from), epoch_us(valid_to), coalesce(node_pool, '') FROM node_history n
+WHERE valid_to > $since AND EXISTS (SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = n.cluster AND k.key = n.name)
+"""
+_KEEP_DAILY = """
+INSERT INTO daily_allocation SELECT * FROM wm_alloc_daily
+ON CONFLICT (day, cluster, node_pool, known_node, resource) DO UPDATE
+SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds
+"""
+_DAILY_SCHEMA = pa.schema([("day", pa.date32()), ("cluster", pa.string()), ("node_pool", pa.string()),
+                           ("known_node", pa.bool_()), ("resource", pa.string()), ("gpu_seconds", pa.float64())])
+DAY_US = 86_400_000_000
+_P_FROM, _P_TO, _P_GRES = 16, 17, 21  # of a closed interval (pod_history's columns)
+
+
+def daily_allocation(closed: list[tuple], node_intervals: dict[tuple, list]) -> list[tuple]:
+    """daily_allocation's rows (day as days since 1970-01-01, cluster, node_pool, known_node, resource,
+    gpu_seconds) of closed pod intervals (pod_history's columns, instants in microseconds), as
+    schema.DAILY_ALLOCATION_OF computes them: each Bound interval with GPUs split by the intervals of its
+    node (`node_intervals`: (cluster, node) -> [(valid_from, valid_to or None, pool)], pool '' without one)
+    in their pools, its time on no known node apart (known_node false, pool ''), both by UTC day."""
+    sums: dict[tuple, float] = {}
+
+    def add(cluster, pool, known, f, t, gres, sign):
+        day = f // DAY_US
+        while day * DAY_US < t:
+            us = sign * (min(t, (day + 1) * DAY_US) - max(f, day * DAY_US))
+            for resource, count in gres:
+                key = (day, cluster, pool, known, resource)
+                sums[key] = sums.get(key, 0.0) + us * count
+            day += 1
+
+    for row in closed:
+        f, t, gres = row[_P_FROM], row[_P_TO], row[_P_GRES]
+        if row[_P_STATE] != BOUND or not row[_P_GPUS] > 0 or not t > f:
+            continue
+        cluster = row[0]
+        add(cluster, "", False, f, t, gres, 1)
+        for node_from, node_to, pool in node_intervals.get((cluster, row[_P_NODE]), ()):
+            lo, hi = max(f, node_from), t if node_to is None else min(t, node_to)
+            if hi > lo:
+                add(cluster, pool, True, lo, hi, gres, 1)
+                add(cluster, "", False, lo, hi, gres, -1)
+    # (an unknown-node sum that cancels out, every part of the intervals on a known node, is no row)
+    return [(*key, us / 1e6) for key, us in sums.items() if key[3] or abs(us / 1e6) > 1e-6]
 
 
 class Allocations:
@@ -287,6 +340,11 @@ class Allocations:
         # ended_pods (it has no index: an ART of every pod that ever ended made each batch's inserts
         # grow with the history), so the filter must rule out nearly all.
         self._ended = DeletedWorkloads(conn, table="ended_pods", bits_per_key=ENDED_BITS_PER_KEY)
+        # node_current, whole (nodes are few: one row per node ever seen), kept in step with the table by
+        # apply_nodes, so that a batch reads neither its nodes' rows nor, for the daily split of the pod
+        # intervals it closes, the open node intervals (see _keep_daily).  Changed inside the batch's
+        # transaction: after_rollback reads it again.
+        self._nodes = _current(conn, "node_current", "name", _NODE_CURRENT_COLUMNS)
 
     # ------------------------------------------------------------------ pods
 
@@ -348,12 +406,8 @@ class Allocations:
             if changed and (c is not None or open_ is not None):
                 opened.append((key, None if open_ is None else (*open_, *seen)))
         if closed:
-            conn.register("wm_alloc_closed", _table(closed, _POD_SCHEMA))
-            try:
-                conn.execute("INSERT INTO pod_history BY NAME SELECT * FROM wm_alloc_closed").fetchall()
-                conn.execute(_KEEP_DAILY).fetchall()
-            finally:
-                conn.unregister("wm_alloc_closed")
+            _insert(conn, "pod_history", closed, _POD_SCHEMA)
+            self._keep_daily(conn, closed)
         _delete(conn, "pod_current", "uid", [k for k, _ in opened if k in current])
         _insert(conn, "pod_current", [row for _, row in opened if row is not None], _POD_CURRENT_SCHEMA)
         if ended_now:
@@ -367,19 +421,54 @@ class Allocations:
                 conn.unregister("wm_alloc_ended")
         return kept, len(rows) - kept
 
+    def _keep_daily(self, conn, closed: list[tuple]) -> None:
+        """Add the closed intervals' GPU-seconds to daily_allocation (see _KEEP_DAILY)."""
+        bound = [r for r in closed if r[_P_STATE] == BOUND and r[_P_GPUS] > 0 and r[_P_TO] > r[_P_FROM]]
+        if not bound:
+            return
+        nodes: dict[tuple, list] = {}   # (cluster, node) -> its intervals (valid_from, valid_to, pool)
+        before: dict[tuple, int] = {}   # nodes whose closed intervals count: since when
+        for r in bound:
+            key = (r[0], r[_P_NODE])
+            c = self._nodes.get(key)
+            if c is None:
+                continue   # no record ever had the node: all of the interval on an unknown node
+            if key not in nodes:
+                nodes[key] = [] if c[_NC_DELETED] else [(c[_NC_FROM], None, c[_NC_POOL] or "")]
+            if c[_NC_DELETED] or r[_P_FROM] < c[_NC_FROM]:
+                before[key] = min(before.get(key, r[_P_FROM]), r[_P_FROM])
+        if before:
+            conn.register("wm_alloc_keys", _table(sorted(before), _KEYS))
+            try:
+                since = EPOCH + min(before.values()) * MICROSECOND
+                for cluster, name, f, t, pool in conn.execute(_NODE_HISTORY_OF, {"since": since}).fetchall():
+                    nodes[(cluster, name)].append((f, t, pool))
+            finally:
+                conn.unregister("wm_alloc_keys")
+        rows = daily_allocation(bound, nodes)
+        if rows:
+            conn.register("wm_alloc_daily", _table(rows, _DAILY_SCHEMA))
+            try:
+                conn.execute(_KEEP_DAILY).fetchall()
+            finally:
+                conn.unregister("wm_alloc_daily")
+
     def after_commit(self, conn) -> None:
         if self._ended.full:
             self._ended.load(conn)
 
+    def after_rollback(self, conn) -> None:
+        """The batch's transaction was rolled back: forget what it changed in the copy of node_current."""
+        self._nodes = _current(conn, "node_current", "name", _NODE_CURRENT_COLUMNS)
+
     # ------------------------------------------------------------------ nodes
 
-    @staticmethod
-    def apply_nodes(conn, rows: list[tuple]) -> tuple[int, int]:
+    def apply_nodes(self, conn, rows: list[tuple]) -> tuple[int, int]:
         """Write a batch of check_node rows inside the caller's transaction; (records kept, dropped)."""
         by_node: dict[tuple, list] = {}
         for r in rows:
             by_node.setdefault((r[0], r[1]), []).append(r)
-        current = _current(conn, "node_current", "name", _NODE_CURRENT_COLUMNS, by_node)
+        current = {key: self._nodes[key] for key in by_node if key in self._nodes}
         closed, latest, changed, kept = [], [], [], 0
         for key, node_rows in by_node.items():
             node_rows.sort(key=operator.itemgetter(_N_OBS))
@@ -417,6 +506,8 @@ class Allocations:
         _insert(conn, "node_history", closed, _NODE_SCHEMA)
         _delete(conn, "node_current", "name", [k for k in changed if k in current])
         _insert(conn, "node_current", latest, _NODE_CURRENT_SCHEMA)
+        for row in latest:
+            self._nodes[(row[0], row[1])] = list(row)
         return kept, len(rows) - kept
 
 

@@ -451,6 +451,7 @@ class Warehouse:
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
+            self._allocations.after_rollback(conn)
             raise
         self._allocations.after_commit(conn)
         if self._deleted.full:

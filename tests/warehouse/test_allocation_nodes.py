@@ -20,10 +20,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.allocation_records import node, pod
 from workloadmap.warehouse import capacities, costing
 from workloadmap.warehouse.querying import open_readonly
+from workloadmap.warehouse.schema import DAILY_ALLOCATION_OF
 from workloadmap.warehouse.writing import Warehouse
 
 UTC = timezone.utc
@@ -103,3 +105,85 @@ def test_the_series_averages_known_and_unknown_allocation_apart(conn):
             for p, i in pools.items()} == {"old": pytest.approx((160 / 24, 28 / 24, 0), abs=1e-3),
                                           "new": pytest.approx((96 / 24, 24 / 24, 0), abs=1e-3),
                                           None: pytest.approx((0, 0, 36 / 24), abs=1e-3)}
+
+
+# ---------------------------------------------------------------------------- the writer's daily split
+
+HOURS = 72   # three UTC days from DAY on
+
+
+def stamp(minute: int) -> str:
+    return (DAY + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@st.composite
+def histories(draw):
+    """Node records of a few nodes (pools changing, deletions, a node of the same name coming back with
+    another uid), then Bound pod intervals on them and on a node no record has, over three UTC days."""
+    nodes = []
+    for name in ("a", "b"):
+        minute, generation = draw(st.integers(0, 600)), 0
+        for _ in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["pool", "pool", "deleted"]))
+            if kind == "deleted":
+                nodes.append(node(name, stamp(minute), cluster="u", uid=f"{name}-{generation}", deleted=True))
+                generation += 1
+            else:
+                nodes.append(node(name, stamp(minute), cluster="u", uid=f"{name}-{generation}",
+                                  pool=draw(st.sampled_from(["p1", "p2", None]))))
+            minute += draw(st.integers(1, 24 * 60))
+    pods = []
+    for i in range(draw(st.integers(1, 8))):
+        start = draw(st.integers(0, HOURS * 60 - 2))
+        end = draw(st.integers(start + 1, HOURS * 60))
+        gpus = draw(st.sampled_from([{}, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 3}]))
+        where = draw(st.sampled_from(["a", "b", "ghost"]))
+        common = dict(cluster="u", node=where, gpu=sum(gpus.values()), gpu_resources=gpus or None)
+        pods += [pod(f"p{i}", stamp(start), "Bound", **common), pod(f"p{i}", stamp(end), "Terminated", **common)]
+    cuts = sorted(draw(st.lists(st.integers(0, len(pods)), max_size=3)))
+    return nodes, pods, cuts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories())
+def test_the_writers_daily_split_is_the_migrations_sql_over_the_closed_intervals(tmp_path_factory, history):
+    # The writer splits each batch's closed pod intervals in Python; the migration of schema 12 computes the
+    # same rows in SQL over the whole pod_history (schema.DAILY_ALLOCATION_OF).  With every node record
+    # written before the pods end (the writer splits by the node intervals it has), both must agree.
+    nodes, pods, cuts = history
+    path = tmp_path_factory.mktemp("daily") / "w.duckdb"
+    with Warehouse(path) as wh:
+        wh.write(nodes=nodes)
+        for lo, hi in zip([0, *cuts], [*cuts, len(pods)]):
+            wh.write(pods=pods[lo:hi])
+        conn = wh.cursor()
+        kept = conn.execute("SELECT day, cluster, node_pool, known_node, resource, gpu_seconds FROM daily_allocation "
+                            "ORDER BY ALL").fetchall()
+        computed = conn.execute(f"SELECT * FROM ({DAILY_ALLOCATION_OF.format(source='pod_history')}) ORDER BY ALL"
+                                ).fetchall()
+        conn.close()
+    assert [r[:5] for r in kept] == [r[:5] for r in computed]
+    assert [r[5] for r in kept] == pytest.approx([r[5] for r in computed], rel=1e-9, abs=1e-6)
+
+
+def test_a_batch_rolled_back_leaves_the_writers_nodes_as_the_file_has_them(tmp_path, monkeypatch):
+    # The writer keeps node_current in memory too (allocating.Allocations); a batch that fails after its
+    # nodes were applied is rolled back, and the same batch written again must find the nodes new.
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write(nodes=[node("a", at(0), cluster="u", pool="old")])
+        batch = dict(nodes=[node("a", at(12), cluster="u", pool="new")],
+                     pods=[pod("x", at(13), "Bound", cluster="u", node="a", gpu=4)])
+
+        def failing(conn, rows):
+            raise RuntimeError("the disk is full")
+
+        with monkeypatch.context() as m:
+            m.setattr(wh._allocations, "apply_pods", failing)
+            with pytest.raises(RuntimeError):
+                wh.write(**batch)
+        result = wh.write(**batch)
+        pods_after = wh.write(pods=[pod("x", at(15), "Terminated", cluster="u", node="a", gpu=4)])
+        kept = wh.cursor().execute("SELECT node_pool, known_node, gpu_seconds / 3600 FROM daily_allocation").fetchall()
+    assert (result.nodes, result.node_duplicates, result.pods, pods_after.pods) == (1, 0, 1, 1)
+    # x held 4 GPUs 13:00-15:00 on a, in the pool a had then (new): 8 GPU-h
+    assert kept == [("new", True, 8.0)]
