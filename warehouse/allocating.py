@@ -41,6 +41,7 @@ from workloadmap.catalog.records import EVENT_TYPES
 
 from .checking import EPOCH, MICROSECOND, MalformedRecord, timestamp_micros
 from .deletions import DeletedWorkloads
+from .scanning import arrow_over, execute_over
 from .schema import NODE_COLUMNS, POD_COLUMNS
 
 POD_STATES = ("Pending", "Bound", "Terminated")
@@ -241,13 +242,9 @@ def _current(conn, table: str, key: str, columns: str, keys=None) -> dict[tuple,
     if keys is None:
         result = conn.sql(f"SELECT {selected} FROM {table}").to_arrow_table()
     else:
-        conn.register("wm_alloc_keys", _table(sorted(keys), _KEYS))
-        try:
-            result = conn.sql(f"SELECT {selected} FROM {table} c WHERE EXISTS "
-                              f"(SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = c.cluster AND k.key = c.{key})"
-                              ).to_arrow_table()
-        finally:
-            conn.unregister("wm_alloc_keys")
+        result = arrow_over(conn, f"SELECT {selected} FROM {table} c WHERE EXISTS "
+                                  f"(SELECT 1 FROM wm_rows k WHERE k.cluster = c.cluster AND k.key = c.{key})",
+                            _table(sorted(keys), _KEYS))
     out = {}
     for row in zip(*[c.to_pylist() for c in result.columns]):
         out[(row[0], row[1])] = list(row)
@@ -256,21 +253,14 @@ def _current(conn, table: str, key: str, columns: str, keys=None) -> dict[tuple,
 
 def _insert(conn, table: str, rows: list[tuple], schema: pa.Schema, verb: str = "INSERT") -> None:
     if rows:
-        conn.register("wm_alloc_rows", _table(rows, schema))
-        try:
-            conn.execute(f"{verb} INTO {table} BY NAME SELECT * FROM wm_alloc_rows").fetchall()
-        finally:
-            conn.unregister("wm_alloc_rows")
+        execute_over(conn, f"{verb} INTO {table} BY NAME SELECT * FROM wm_rows", _table(rows, schema)).fetchall()
 
 
 def _delete(conn, table: str, key: str, keys) -> None:
     if keys:
-        conn.register("wm_alloc_keys", _table(sorted(keys), _KEYS))
-        try:
-            conn.execute(f"DELETE FROM {table} c WHERE EXISTS "
-                         f"(SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = c.cluster AND k.key = c.{key})").fetchall()
-        finally:
-            conn.unregister("wm_alloc_keys")
+        execute_over(conn, f"DELETE FROM {table} c WHERE EXISTS "
+                           f"(SELECT 1 FROM wm_rows k WHERE k.cluster = c.cluster AND k.key = c.{key})",
+                     _table(sorted(keys), _KEYS)).fetchall()
 
 
 _POD_CURRENT_COLUMNS = POD_COLUMNS.replace("valid_to, ", "") + ", observed_at, version_key"
@@ -287,10 +277,10 @@ _OBS_POS = operator.itemgetter(_P_OBS)
 # only for a node whose open interval began after a closed pod interval did, or that was deleted.
 _NODE_HISTORY_OF = """
 SELECT cluster, name, epoch_us(valid_from), epoch_us(valid_to), coalesce(node_pool, '') FROM node_history n
-WHERE valid_to > $since AND EXISTS (SELECT 1 FROM wm_alloc_keys k WHERE k.cluster = n.cluster AND k.key = n.name)
+WHERE valid_to > $since AND EXISTS (SELECT 1 FROM wm_rows k WHERE k.cluster = n.cluster AND k.key = n.name)
 """
 _KEEP_DAILY = """
-INSERT INTO daily_allocation SELECT * FROM wm_alloc_daily
+INSERT INTO daily_allocation SELECT * FROM wm_rows
 ON CONFLICT (day, cluster, node_pool, known_node, resource) DO UPDATE
 SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds
 """
@@ -414,11 +404,8 @@ class Allocations:
             keys = [pod_key(*k) for k in ended_now]
             for k in keys:
                 self._ended.add(k)
-            conn.register("wm_alloc_ended", pa.table({"key": pa.array(keys, type=pa.uint64())}))
-            try:
-                conn.execute("INSERT INTO ended_pods SELECT key FROM wm_alloc_ended").fetchall()
-            finally:
-                conn.unregister("wm_alloc_ended")
+            execute_over(conn, "INSERT INTO ended_pods SELECT key FROM wm_rows",
+                         pa.table({"key": pa.array(keys, type=pa.uint64())})).fetchall()
         return kept, len(rows) - kept
 
     def _keep_daily(self, conn, closed: list[tuple]) -> None:
@@ -438,20 +425,13 @@ class Allocations:
             if c[_NC_DELETED] or r[_P_FROM] < c[_NC_FROM]:
                 before[key] = min(before.get(key, r[_P_FROM]), r[_P_FROM])
         if before:
-            conn.register("wm_alloc_keys", _table(sorted(before), _KEYS))
-            try:
-                since = EPOCH + min(before.values()) * MICROSECOND
-                for cluster, name, f, t, pool in conn.execute(_NODE_HISTORY_OF, {"since": since}).fetchall():
-                    nodes[(cluster, name)].append((f, t, pool))
-            finally:
-                conn.unregister("wm_alloc_keys")
+            since = EPOCH + min(before.values()) * MICROSECOND
+            for cluster, name, f, t, pool in execute_over(conn, _NODE_HISTORY_OF, _table(sorted(before), _KEYS),
+                                                          {"since": since}).fetchall():
+                nodes[(cluster, name)].append((f, t, pool))
         rows = daily_allocation(bound, nodes)
         if rows:
-            conn.register("wm_alloc_daily", _table(rows, _DAILY_SCHEMA))
-            try:
-                conn.execute(_KEEP_DAILY).fetchall()
-            finally:
-                conn.unregister("wm_alloc_daily")
+            execute_over(conn, _KEEP_DAILY, _table(rows, _DAILY_SCHEMA)).fetchall()
 
     def after_commit(self, conn) -> None:
         if self._ended.full:

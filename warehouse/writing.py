@@ -43,11 +43,12 @@ import pyarrow as pa
 
 from workloadmap.catalog.records import DELETED
 
-from . import allocating, costing, interrupting, rolling
+from . import allocating, costing, interrupting, rolling, scanning
 from .checking import EPOCH, MICROSECOND, check_records, check_transition, no_cyclic_collection
 from .deletions import DeletedWorkloads
 from .pricing import Pricing
 from .querying import WarehouseUnavailable
+from .scanning import arrow_over, execute_over
 from .schema import migrate
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ _CURRENT_COLUMNS = (f"cluster, uid, seq, epoch_us(observed_at), version_key, api
                     f"definition, framework, status, epoch_us(valid_from), {_DEMAND}, from_seq, epoch_us(rolled_to)")
 _CURRENT_OF_BATCH = f"""
 SELECT {_CURRENT_COLUMNS} FROM workload_current c
-WHERE EXISTS (SELECT 1 FROM wm_keys k WHERE k.cluster = c.cluster AND k.uid = c.uid)
+WHERE EXISTS (SELECT 1 FROM wm_rows k WHERE k.cluster = c.cluster AND k.uid = c.uid)
 """
 
 # The exact path: which flagged states are already in the history (reads the flagged workloads only).
@@ -143,12 +144,12 @@ _INSERT_STATES = f"""
 INSERT INTO state_history BY NAME
 SELECT seq, {_IDENT}, resource_version, version_key, generation, origin,
        creation_timestamp, observed_at, event_type, deleted, status, phase, {_DEMAND}, record::JSON AS record
-FROM wm_new_states
+FROM wm_rows
 """
 
 _DELETE_CURRENT = """
 DELETE FROM workload_current c
-WHERE EXISTS (SELECT 1 FROM wm_touched t WHERE t.cluster = c.cluster AND t.uid = c.uid)
+WHERE EXISTS (SELECT 1 FROM wm_rows t WHERE t.cluster = c.cluster AND t.uid = c.uid)
 """
 
 # Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): the batch's range
@@ -159,7 +160,7 @@ WHERE EXISTS (SELECT 1 FROM wm_touched t WHERE t.cluster = c.cluster AND t.uid =
 _INSERT_TRANSITIONS = """
 INSERT INTO transitions BY NAME
 SELECT * EXCLUDE (pos) FROM (
-    SELECT * FROM wm_transitions
+    SELECT * FROM wm_rows
     QUALIFY row_number() OVER (PARTITION BY cluster, uid, transitioned_at, to_status ORDER BY pos) = 1
 ) b
 WHERE NOT EXISTS (
@@ -283,6 +284,7 @@ class Warehouse:
         # one inside a commit, and without its vacuum (see ``_checkpoint``).
         self.conn.execute(f"SET wal_autocheckpoint = '{WAL_AUTOCHECKPOINT}'")
         self.conn.execute("SET max_vacuum_tasks = 0")
+        scanning.prepare(self.conn)
         migrate(self.conn)
         self._next_seq = self.conn.execute("SELECT coalesce(max(seq), 0) FROM state_history").fetchone()[0]
         # The daily rollup (rolling.py): how far it is, and the latest observed_at seen (its horizon).
@@ -420,8 +422,7 @@ class Warehouse:
                 try:
                     self._apply_states(result, state_rows, texts, texts_are_json)
                 finally:
-                    for name in ("wm_keys", "wm_slow", "wm_rebuild", "wm_new_states", "wm_touched",
-                                 "wm_intervals", "wm_current", "wm_deleted"):
+                    for name in ("wm_slow", "wm_rebuild"):  # the exact path's (scanning.py for the others)
                         conn.unregister(name)
             # nodes first: the pod intervals a batch closes are split by their nodes' intervals (allocating.py)
             if node_rows:
@@ -431,13 +432,9 @@ class Warehouse:
             if transition_rows:
                 cols = _columns(transition_rows, _TRANSITION_SCHEMA)
                 cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())
-                conn.register("wm_transitions", pa.table(cols))
-                try:
-                    at = [r[9] for r in transition_rows]
-                    n = conn.execute(_INSERT_TRANSITIONS, {"lo": EPOCH + min(at) * MICROSECOND,
-                                                           "hi": EPOCH + max(at) * MICROSECOND}).fetchone()[0]
-                finally:
-                    conn.unregister("wm_transitions")
+                at = [r[9] for r in transition_rows]
+                n = execute_over(conn, _INSERT_TRANSITIONS, pa.table(cols),
+                                 {"lo": EPOCH + min(at) * MICROSECOND, "hi": EPOCH + max(at) * MICROSECOND}).fetchone()[0]
                 result.transitions_inserted = n
                 result.transition_duplicates = len(transition_rows) - n
             now = datetime.now(timezone.utc)
@@ -466,8 +463,8 @@ class Warehouse:
         for i, r in enumerate(rows):
             first.setdefault((r[_C], r[_U], r[_VK], r[_DEL]), i)
         keys = {(r[_C], r[_U]) for r in rows}
-        conn.register("wm_keys", pa.table(_columns(sorted(keys), _KEY_SCHEMA)))
-        current = {(c[0], c[1]): c for c in _tuples(conn.sql(_CURRENT_OF_BATCH).to_arrow_table())}
+        current = {(c[0], c[1]): c for c in _tuples(
+            arrow_over(conn, _CURRENT_OF_BATCH, pa.table(_columns(sorted(keys), _KEY_SCHEMA))))}
         # Not live: brand new, or deleted before (then the exact path): the filter rules out most
         # (deletions.py), the ART index of deleted_workloads answers for the others, given as literals.
         seen: set[int] = set()
@@ -509,7 +506,7 @@ class Warehouse:
         record = pa.array([texts[i] for i in new] if len(new) < len(texts) else texts, type=pa.string())
         cols["record"] = pa.ExtensionArray.from_storage(pa.json_(), record) if texts_are_json else record
         cols["seq"] = pa.array(range(seq0 + 1, seq0 + 1 + len(new)), type=pa.int64())
-        conn.register("wm_new_states", pa.table(cols))
+        new_states = pa.table(cols)
         # Each touched workload's steps: its open interval (the anchor) and its new states; all its
         # states when rebuilt.  A step: (t, seq, is_anchor, identity, status, demand, version_key,
         # rolled_to), demand as in a row: (pods, gpus, cpu, memory, [(GPU resource, count), ...]);
@@ -542,22 +539,20 @@ class Warehouse:
                     latest_rows.append((latest[1], latest[0], latest[6], *row))
             if starts[-1][0][4] == DELETED:
                 deleted_keys.append(workload_key(*key))
-        conn.execute(_INSERT_STATES).fetchall()
+        execute_over(conn, _INSERT_STATES, new_states).fetchall()
         self._next_seq = seq0 + len(new)
         latest_observed = max(rows[i][_OBS] for i in new)
         if self._latest_observed is None or latest_observed > self._latest_observed:
             self._latest_observed = latest_observed
         if closed:
-            conn.register("wm_intervals", pa.table(_columns(closed, _INTERVAL_SCHEMA)))
-            conn.execute("INSERT INTO interval_history BY NAME SELECT *, $seq AS appended_seq FROM wm_intervals",
-                         {"seq": self._next_seq}).fetchall()
+            execute_over(conn, "INSERT INTO interval_history BY NAME SELECT *, $seq AS appended_seq FROM wm_rows",
+                         pa.table(_columns(closed, _INTERVAL_SCHEMA)), {"seq": self._next_seq}).fetchall()
         touched = [k for k in steps if k in current or k in rebuild]
         if touched:
-            conn.register("wm_touched", pa.table(_columns(touched, _KEY_SCHEMA)))
-            conn.execute(_DELETE_CURRENT).fetchall()
+            execute_over(conn, _DELETE_CURRENT, pa.table(_columns(touched, _KEY_SCHEMA))).fetchall()
         if latest_rows:
-            conn.register("wm_current", pa.table(_columns(latest_rows, _CURRENT_SCHEMA)))
-            conn.execute("INSERT INTO workload_current BY NAME SELECT * EXCLUDE (valid_to) FROM wm_current").fetchall()
+            execute_over(conn, "INSERT INTO workload_current BY NAME SELECT * EXCLUDE (valid_to) FROM wm_rows",
+                         pa.table(_columns(latest_rows, _CURRENT_SCHEMA))).fetchall()
         if deleted_keys:
             # Keys the filter rules out are certainly not in the table yet: a plain insert (the
             # ART check of OR IGNORE costs twice as much); the others may be (a deleted workload's
@@ -568,8 +563,8 @@ class Warehouse:
                 self._deleted.add(key)
             for keys, verb in ((fresh, "INSERT"), (known, "INSERT OR IGNORE")):
                 if keys:
-                    conn.register("wm_deleted", pa.table({"key": pa.array(keys, type=pa.uint64())}))
-                    conn.execute(f"{verb} INTO deleted_workloads SELECT key FROM wm_deleted").fetchall()
+                    execute_over(conn, f"{verb} INTO deleted_workloads SELECT key FROM wm_rows",
+                                 pa.table({"key": pa.array(keys, type=pa.uint64())})).fetchall()
 
     # ------------------------------------------------------------------ reading
 
