@@ -152,17 +152,14 @@ DELETE FROM workload_current c
 WHERE EXISTS (SELECT 1 FROM wm_rows t WHERE t.cluster = c.cluster AND t.uid = c.uid)
 """
 
-# Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): the batch's range
-# of instants ($lo, $hi, constants) lets DuckDB skip the row groups of the history outside it
-# (transitions arrive in about time order), so only recent row groups are read.  The window
-# function does not keep the batch's order, so the rows are put back in arrival order: the
-# transitions feed's cursor is the rowid and promises arrival order.
+# Transitions are deduplicated on (cluster, uid, transitioned_at, to_status): inside the batch in
+# Python (the first of each key: a window statement's hash tables cost more than the whole loop), then
+# against the history, where the batch's range of instants ($lo, $hi, constants) lets DuckDB skip the
+# row groups outside it (transitions arrive in about time order), so only recent row groups are read.
+# The rows go in in arrival order: the transitions feed's cursor is the rowid and promises it.
 _INSERT_TRANSITIONS = """
 INSERT INTO transitions BY NAME
-SELECT * EXCLUDE (pos) FROM (
-    SELECT * FROM wm_rows
-    QUALIFY row_number() OVER (PARTITION BY cluster, uid, transitioned_at, to_status ORDER BY pos) = 1
-) b
+SELECT * EXCLUDE (pos) FROM wm_rows b
 WHERE NOT EXISTS (
     SELECT 1 FROM transitions t
     WHERE t.transitioned_at >= $lo AND t.transitioned_at <= $hi
@@ -229,7 +226,13 @@ def _intervals(steps: list[tuple]) -> list[list]:
 
 
 # One statement for all the batch's partitions, since each statement has a fixed cost and a writer
-# reads a dozen partitions; {rows} is "(?, ?, ?, ?, ?)" once per partition, no partition twice.
+# reads a dozen partitions: an UPDATE of those the file has already (an upsert's conflict handling
+# costs more than the update itself), an upsert for a partition's first batch ({rows} is
+# "(?, ?, ?, ?, ?)" once per partition, no partition twice).
+_UPDATE_OFFSETS = """
+UPDATE consumer_offsets o SET next_offset = b.next_offset, updated_at = $now FROM wm_rows b
+WHERE o.consumer = $consumer AND o.topic = b.topic AND o.partition = b.partition
+"""
 _UPSERT_OFFSETS = """
 INSERT INTO consumer_offsets VALUES {rows}
 ON CONFLICT (consumer, topic, partition) DO UPDATE SET next_offset = excluded.next_offset,
@@ -293,6 +296,7 @@ class Warehouse:
             "SELECT epoch_us(max(observed_at)) FROM workload_current").fetchone()[0]
         self._deleted = DeletedWorkloads(self.conn)
         self._allocations = allocating.Allocations(self.conn)
+        self._offset_partitions = set(self.offsets())  # the partitions whose offsets the file has (_store_offsets)
         self._lock = threading.Lock()
         [(kept_with,)] = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchall()
         if self._next_seq > 0 and (self._rolled_seq < 0 or kept_with != costing.priced_with(pricing)):
@@ -430,30 +434,47 @@ class Warehouse:
             if pod_rows:
                 result.pods, result.pod_duplicates = self._allocations.apply_pods(conn, pod_rows)
             if transition_rows:
-                cols = _columns(transition_rows, _TRANSITION_SCHEMA)
-                cols["pos"] = pa.array(range(len(transition_rows)), type=pa.int64())
-                at = [r[9] for r in transition_rows]
+                seen: set[tuple] = set()
+                first = [r for r in transition_rows if not ((r[0], r[1], r[9], r[8]) in seen
+                                                            or seen.add((r[0], r[1], r[9], r[8])))]
+                cols = _columns(first, _TRANSITION_SCHEMA)
+                cols["pos"] = pa.array(range(len(first)), type=pa.int64())
+                at = [r[9] for r in first]
                 n = execute_over(conn, _INSERT_TRANSITIONS, pa.table(cols),
                                  {"lo": EPOCH + min(at) * MICROSECOND, "hi": EPOCH + max(at) * MICROSECOND}).fetchone()[0]
                 result.transitions_inserted = n
                 result.transition_duplicates = len(transition_rows) - n
-            now = datetime.now(timezone.utc)
             stored = {(topic, int(partition)): int(next_offset)
                       for (topic, partition), next_offset in sorted(offsets.items())}
             if stored:
-                params = []
-                for (topic, partition), next_offset in stored.items():
-                    params += [self.consumer, topic, partition, next_offset, now]
-                conn.execute(_UPSERT_OFFSETS.format(rows=", ".join(["(?, ?, ?, ?, ?)"] * len(stored))), params)
+                self._store_offsets(stored)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             self._allocations.after_rollback(conn)
             raise
         self._allocations.after_commit(conn)
+        self._offset_partitions.update(stored)
         if self._deleted.full:
             self._deleted.load(conn)
         return result
+
+    def _store_offsets(self, stored: dict[tuple[str, int], int]) -> None:
+        """Store the offsets after the batch, in its transaction (see _UPDATE_OFFSETS)."""
+        conn, now = self.conn, datetime.now(timezone.utc)
+        known = [(key, offset) for key, offset in stored.items() if key in self._offset_partitions]
+        if known:
+            rows = pa.table({"topic": pa.array([t for (t, _), _ in known], pa.string()),
+                             "partition": pa.array([p for (_, p), _ in known], pa.int32()),
+                             "next_offset": pa.array([o for _, o in known], pa.int64())})
+            (updated,), = execute_over(conn, _UPDATE_OFFSETS, rows, {"now": now, "consumer": self.consumer}).fetchall()
+            if updated == len(known):  # (else a partition's first row went with a batch rolled back: upsert all)
+                stored = {key: offset for key, offset in stored.items() if key not in self._offset_partitions}
+        if stored:
+            params = []
+            for (topic, partition), next_offset in stored.items():
+                params += [self.consumer, topic, partition, next_offset, now]
+            conn.execute(_UPSERT_OFFSETS.format(rows=", ".join(["(?, ?, ?, ?, ?)"] * len(stored))), params)
 
     def _apply_states(self, result: WriteResult, rows: list[tuple], texts: list[str],
                       texts_are_json: bool = False) -> None:

@@ -224,6 +224,26 @@ def test_offsets_are_stored_with_the_rows(tmp_path):
         assert wh.offsets() == {("wl", 0): 6, ("wl", 1): 7}
 
 
+def test_offsets_of_new_partitions_beside_known_ones_and_after_a_rollback_are_all_stored(tmp_path, monkeypatch):
+    # The writer updates the partitions the file has and inserts the others (writing._UPDATE_OFFSETS):
+    # a partition first seen in a batch that rolls back must still be inserted by the next one, and a
+    # reopened file knows its partitions.
+    recs = lifecycle()
+    path = tmp_path / "w.duckdb"
+    with Warehouse(path) as wh:
+        wh.write(recs[:1], offsets={("wl", 0): 1})
+        with monkeypatch.context() as m:
+            m.setattr(writing, "_INSERT_STATES", "SELECT no_such_column FROM wm_rows")
+            with pytest.raises(Exception):
+                wh.write(recs[1:2], offsets={("wl", 0): 2, ("wl", 1): 5})
+        assert wh.offsets() == {("wl", 0): 1}
+        wh.write(recs[1:2], offsets={("wl", 0): 2, ("wl", 1): 5, ("tr", 0): 3})
+        assert wh.offsets() == {("wl", 0): 2, ("wl", 1): 5, ("tr", 0): 3}
+    with Warehouse(path) as wh:
+        wh.write(recs[2:3], offsets={("wl", 1): 6, ("tr", 1): 1})
+        assert wh.offsets() == {("wl", 0): 2, ("wl", 1): 6, ("tr", 0): 3, ("tr", 1): 1}
+
+
 def test_killed_before_commit_leaves_nothing_partial(tmp_path):
     path = tmp_path / "w.duckdb"
     with Warehouse(path) as wh:
