@@ -137,12 +137,25 @@ class Resolver:
     annotation), for definitions whose reads are known (status is always
     evaluated afresh).  A watch stream is mostly status updates of unchanged
     specs, which then skip the costliest half of resolution.
+
+    Why the cache holds an object's current generation only, and ``forget``: a
+    tree is a few KiB, and a stream that brings new workloads all the time would
+    fill the cache to `cache_size` with trees of objects long deleted or of
+    generations no event will carry again; a new generation replaces the older
+    ones' trees, and the processors forget a deleted object's, so the cache
+    follows the live objects.
     """
 
     def __init__(self, gpus: GpuMatcher = DEFAULT_GPUS, cache_size: int = 0):
         self.gpus = gpus
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
+        self._keys: dict[str, list] = {}   # uid -> its cache keys (all of one generation)
+
+    def forget(self, uid: str) -> None:
+        """Drop the cached trees of an object (deleted: no event of it will need them)."""
+        for key in self._keys.pop(uid, ()):
+            self._cache.pop(key, None)
 
     def _cache_key(self, definition: Definition, obj: dict, meta: dict, related: tuple | None = ()):
         if not self.cache_size or related is None:
@@ -229,10 +242,27 @@ class Resolver:
             raise ResolveError(definition.name, "spec", object_ref(obj),
                                f"the components' {what}, more than {MAX_COUNT if pods > MAX_COUNT else MAX_BYTES}")
         if key is not None:
-            self._cache[key] = (views, total, pods)
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            self._remember(key, (views, total, pods))
         return views, total, pods
+
+    def _remember(self, key: tuple, value: tuple) -> None:
+        uid, generation = key[1], key[2]
+        keys = self._keys.get(uid)
+        if keys is None:
+            keys = self._keys[uid] = []
+        elif keys[0][2] != generation:   # a new generation: the older one's trees are done with
+            for old in keys:
+                self._cache.pop(old, None)
+            keys.clear()
+        keys.append(key)
+        self._cache[key] = value
+        if len(self._cache) > self.cache_size:
+            oldest, _ = self._cache.popitem(last=False)
+            kept = self._keys.get(oldest[1])
+            if kept is not None:
+                kept.remove(oldest)
+                if not kept:
+                    del self._keys[oldest[1]]
 
     @staticmethod
     def _workload(obj, meta, definition, status, statuses, phase, conditions, views, total, pods):

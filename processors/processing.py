@@ -544,5 +544,7 @@ class Processor:
         if transition is not None:
             out.transitions.append((key, records.encode(transition)))
         state.remember(state_key, record, out)
+        if deleted:   # no event of it will need its component trees
+            self.catalog_for(cluster).resolver.forget(uid)
         if "references" in record or state_key in state.waiting.events:
             self._note_waiting(event, state_key, record, state, out)

@@ -182,3 +182,29 @@ def test_cache_is_bounded():
         obj["metadata"]["uid"] = f"uid-{i}"
         catalog.resolve(obj)
     assert len(resolver._cache) == 3
+
+
+def test_the_cache_follows_the_live_objects():
+    """An object's trees are of its current generation only (a new one replaces them), and forget(uid)
+    drops them (the processors call it when the object is deleted); the LRU bound still holds."""
+    resolver = Resolver(cache_size=3)
+    catalog = Catalog(Catalog.builtin(), resolver=resolver)
+    obj = copy.deepcopy(example_objects("job")["bert-distill"])
+    obj["status"] = {"succeeded": 1}
+    catalog.resolve(obj)
+    obj["status"]["succeeded"] = 2                  # read by the components: a second tree, same generation
+    catalog.resolve(obj)
+    assert len(resolver._cache) == 2
+    obj["metadata"]["generation"] += 1
+    catalog.resolve(obj)
+    assert [key[2] for key in resolver._cache] == [obj["metadata"]["generation"]]
+    other = copy.deepcopy(obj)
+    other["metadata"]["uid"] = "another"
+    catalog.resolve(other)
+    resolver.forget(obj["metadata"]["uid"])
+    assert [key[1] for key in resolver._cache] == ["another"]
+    for i in range(5):
+        other["metadata"]["uid"] = f"uid-{i}"
+        catalog.resolve(other)
+    assert [key[1] for key in resolver._cache] == ["uid-2", "uid-3", "uid-4"]
+    assert sorted(resolver._keys) == ["uid-2", "uid-3", "uid-4"]
