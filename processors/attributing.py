@@ -101,7 +101,7 @@ class PodStates:
         for key in self.waiting:
             summary = self.pods.get(key)
             if summary is not None:
-                summary["pending"] = True
+                summary.pending = True
 
     def _unwait(self, pod_key: str) -> None:
         owner = self.waiting.pop(pod_key, None)
@@ -137,13 +137,31 @@ def _pod_kept(state: str, r: dict, workload: dict | None) -> tuple:
             workload["uid"] if workload else None, r.get("component"), r.get("instance"), r.get("replica"))
 
 
-def pod_summary(record: dict) -> dict:
-    """The state a pod's latest record implies."""
-    return {"rv": record.get("resourceVersion"), "state": record["state"], "since": record["stateSince"],
-            "deleted": record["deleted"], "at": record["observedAt"],
-            "kept": _pod_kept(record["state"], record, record.get("workload")),
-            "attribution": {k: record.get(k) for k in ("workload", "framework", "definition", "component",
-                                                       "instance", "replica")}}
+class PodSummary:
+    """What a live pod's latest record implies (a deleted pod's is ``_deleted_pod``'s dict): its
+    resourceVersion, state and since when, the kept fields and attribution, whether it waits for an
+    owner, and the status-churn cache (``_identity``'s digest, the catalog and owner-link changes it
+    was attributed with).  A class with slots: a pod's summary is most of what a worker keeps per
+    live pod, and a dict of these fields took a third more memory."""
+
+    __slots__ = ("rv", "state", "since", "kept", "attribution", "pending", "identity", "catalog", "links")
+    deleted = False
+
+    def __init__(self, rv, state, since, kept, attribution, pending=False, identity=None, catalog=None, links=None):
+        self.rv, self.state, self.since, self.kept, self.attribution = rv, state, since, kept, attribution
+        self.pending, self.identity, self.catalog, self.links = pending, identity, catalog, links
+
+    def get(self, name: str, default=None):
+        """As a dict's (the code that reads any store's summaries: processing.MemoryStates)."""
+        return getattr(self, name, default)
+
+
+def pod_summary(record: dict) -> PodSummary:
+    """The state a live pod's latest record implies."""
+    return PodSummary(record.get("resourceVersion"), record["state"], record["stateSince"],
+                      _pod_kept(record["state"], record, record.get("workload")),
+                      {k: record.get(k) for k in ("workload", "framework", "definition", "component", "instance",
+                                                  "replica")})
 
 
 def node_summary(record: dict) -> dict:
@@ -298,23 +316,24 @@ class Attributing:
         previous = states.pods.get(key)
         rv = meta.get("resourceVersion")
         rv = None if rv is None else str(rv)
-        if attributing_at is None and previous is not None and (previous["deleted"] or not rv_newer(rv, previous["rv"])):
-            return False   # a re-delivery, or older than what was already processed
+        if attributing_at is None and previous is not None and (
+                previous.__class__ is not PodSummary or not rv_newer(rv, previous.rv)):
+            return False   # deleted (its summary is _deleted_pod's), a re-delivery, or older than what was processed
         deleted = event["type"] == "DELETED"
         if deleted and previous is None:
             return controller_of(obj) is None   # forgotten, or never seen alive: nothing to end
         catalog = self.catalog_for(cluster)
         identity = None
-        if (previous is not None and attributing_at is None and not deleted and not previous.get("pending")
+        if (previous is not None and attributing_at is None and not deleted and not previous.pending
                 and key not in states.waiting):
             # status churn (see the module docstring): the same pod on the same node, its state alone compared
             identity = _identity(meta, obj.get("spec"))
             status = obj.get("status")
-            if (identity is not None and identity == previous.get("identity") and catalog is previous.get("catalog")
-                    and states.links_changed == previous.get("links") and type(status) is dict
+            if (identity is not None and identity == previous.identity and catalog is previous.catalog
+                    and states.links_changed == previous.links and type(status) is dict
                     and status.get("phase") in PHASES and not self._entry(cluster, catalog)[3]
-                    and pod_state(status["phase"], previous["kept"][1], False) == previous["state"]):
-                previous["rv"] = rv
+                    and pod_state(status["phase"], previous.kept[1], False) == previous.state):
+                previous.rv = rv
                 return controller_of(obj) is None
         what = f"pod {cluster}/{meta.get('namespace')}/{meta.get('name')}"
         for field in ("namespace", "name"):
@@ -326,16 +345,16 @@ class Attributing:
             raise Rejected(records.MALFORMED_POD, f"{what}: {exc}") from None
         known, workloads = self.kinds(cluster, catalog)
         states._unwait(key)
-        if deleted and previous is not None and previous["attribution"]["workload"] is not None:
-            attribution = previous["attribution"]   # its owners may be gone already: it ends as what it was
+        if deleted and previous is not None and previous.attribution["workload"] is not None:
+            attribution = previous.attribution   # its owners may be gone already: it ends as what it was
         else:
             top, missing = self._chain(cluster, obj, states, known)
             if missing is not None and not deleted:
                 states.waiting[key] = missing
                 states.pending.setdefault(missing, {})[key] = event
                 out.state.append((state_key(remembering.PENDING, key), records.encode({"pod": event, "waitsFor": missing})))
-                attribution = (previous["attribution"] if previous is not None
-                               and previous["attribution"]["workload"] is not None
+                attribution = (previous.attribution if previous is not None
+                               and previous.attribution["workload"] is not None
                                else {"workload": None, "framework": None, "definition": None, "component": None,
                                      "instance": None, "replica": None})
             elif missing is not None:   # deleted before its owner came
@@ -343,18 +362,20 @@ class Attributing:
                                "instance": None, "replica": None}
             else:
                 attribution = self._attribution(cluster, obj, top, workloads, catalog)
-        if previous is not None and previous.get("pending") and key not in states.waiting:
+        if previous is not None and previous.pending and key not in states.waiting:
             out.state.append((state_key(remembering.PENDING, key), None))   # no longer pending
         state = pod_state(facts["phase"], facts["nodeName"], deleted)
         kept = _pod_kept(state, {**facts, **attribution}, attribution["workload"])
         pending = key in states.waiting
         if not pending and not deleted and identity is None:
             identity = _identity(meta, obj.get("spec"))
-        remembered = {"identity": None} if pending or deleted else {
-            "identity": identity, "catalog": catalog, "links": states.links_changed}
-        if previous is not None and kept == previous["kept"] and not deleted:
+        if pending or deleted:
+            identity = None
+        if previous is not None and kept == previous.kept and not deleted:
             # status churn: nothing the warehouse keeps changed
-            previous.update(rv=rv, pending=pending, **remembered)
+            previous.rv, previous.pending, previous.identity = rv, pending, identity
+            if identity is not None:
+                previous.catalog, previous.links = catalog, states.links_changed
             return controller_of(obj) is None
         at = attributing_at or event["observedAt"]
         record = {
@@ -362,8 +383,8 @@ class Attributing:
             "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"], "resourceVersion": rv,
             "creationTimestamp": meta.get("creationTimestamp"), "nodeName": facts["nodeName"], "phase": facts["phase"],
             "state": state, **attribution, "gpu": facts["gpu"], "cpu": facts["cpu"], "memory": facts["memory"],
-            "previousState": previous["state"] if previous else None,
-            "stateSince": previous["since"] if previous and previous["state"] == state else at,
+            "previousState": previous.state if previous else None,
+            "stateSince": previous.since if previous and previous.state == state else at,
         }
         if facts.get("gpuResources"):
             record["gpuResources"] = facts["gpuResources"]
@@ -374,8 +395,9 @@ class Attributing:
             states.pods[key] = summary = _deleted_pod(record)
             states.deleted(remembering.POD, key, summary["deletedAt"], out)
         else:
-            states.pods[key] = {"rv": rv, "state": state, "since": record["stateSince"], "deleted": False, "at": at,
-                                "kept": kept, "attribution": attribution, "pending": pending, **remembered}
+            states.pods[key] = PodSummary(rv, state, record["stateSince"], kept, attribution, pending, identity,
+                                          catalog if identity is not None else None,
+                                          states.links_changed if identity is not None else None)
         return controller_of(obj) is None
 
     # -- nodes -----------------------------------------------------------------------------

@@ -23,10 +23,12 @@ Why deleted objects are remembered for a while (``FORGET_AFTER``), then forgotte
   of an object the worker does not know (forgotten, or never seen alive) makes no record: the
   warehouse holds nothing of it that could end;
 - an event older than the deletion (a lower resourceVersion: a second watcher of the cluster
-  during a rolling update publishing late, a delayed retry) must not bring the object back.  The
+  publishing late, the two running at once by mistake or for the moments a restart overlaps; the
+  chart's watchers are recreated, not rolled) must not bring the object back.  The
   deleted summary refuses it for ``FORGET_AFTER`` seconds of the partition's event time (the
   observedAt of the event in hand, the watchers' clocks: no wall clock, so a partition's outputs
-  are the same processed live or again after a restart), longer than such overlaps last.  After
+  are the same processed live or again after a restart), longer than such overlaps last, and
+  short: each deleted object remembered is memory and a message a recovery reads.  After
   that the object is forgotten (its summary leaves memory, a tombstone the topic) and a later
   event of it would be taken as a new object: a replay of a history older than that is the one
   way to bring one back, and the warehouse still takes no duplicate row (it keys facts by
@@ -60,7 +62,7 @@ PENDING = "pending:"     # a pod's raw event, waiting for its owner (attributing
 WAITING = "waiting:"     # a workload's raw event, waiting for a referenced object (processing.WaitingWorkloads)
 PREFIXES = (WORKLOAD, POD, NODE, OWNER, PENDING, WAITING)
 
-FORGET_AFTER = 120.0     # seconds of the partition's event time a deleted object is remembered
+FORGET_AFTER = 60.0      # seconds of the partition's event time a deleted object is remembered
 MAX_DELETED = 50_000     # deleted objects remembered per raw partition, at most
 
 

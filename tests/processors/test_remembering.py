@@ -77,20 +77,20 @@ def test_each_record_goes_with_its_state_message_in_the_same_outputs():
 
 
 def test_deleted_objects_are_forgotten_once_the_partition_s_event_time_is_past_the_grace():
-    """Pod deleted at 10 s, Deployment at 12 s, node at 13 s (FORGET_AFTER 120 s): an event at 129 s
-    forgets nothing; one at 130 s forgets the pod, one at 133 s the Deployment and the node, each
+    """Pod deleted at 10 s, Deployment at 12 s, node at 13 s (FORGET_AFTER 60 s): an event at 69 s
+    forgets nothing; one at 70 s forgets the pod, one at 73 s the Deployment and the node, each
     with a tombstone in that event's outputs; the ReplicaSet's owner link went at its deletion."""
-    assert FORGET_AFTER == 120
+    assert FORGET_AFTER == 60
     run = Run()
     _, _, _, _, deleted = _lived_and_deleted(run)
     assert (b"owner:c1/r1", None) in deleted.state and "c1/r1" not in run.states.pods.owners
     assert run.states["c1/d1"]["deleted"] and run.states.pods.pods["c1/p1"] == {
         "rv": "20", "deleted": True, "deletedAt": (T0 + timedelta(seconds=10)).timestamp()}
     other = node(name="n2", uid="n2-uid", rv="30")
-    assert [(k, v is None) for k, v in run.feed(event(other, 129, "ADDED")).state] == [(b"node:c1/n2", False)]
-    assert [k for k, v in run.feed(event(other, 130, rv="31")).state if v is None] == [b"pod:c1/p1"]
+    assert [(k, v is None) for k, v in run.feed(event(other, 69, "ADDED")).state] == [(b"node:c1/n2", False)]
+    assert [k for k, v in run.feed(event(other, 70, rv="31")).state if v is None] == [b"pod:c1/p1"]
     assert "c1/p1" not in run.states.pods.pods and "c1/d1" in run.states
-    assert [k for k, v in run.feed(event(other, 133, rv="32")).state if v is None] == [
+    assert [k for k, v in run.feed(event(other, 73, rv="32")).state if v is None] == [
         b"workload:c1/d1", b"node:c1/n1"]
     assert ("c1/d1" not in run.states and "c1/n1" not in run.states.pods.nodes and len(run.states.forgetting) == 0)
     # what the topic keeps after compaction: the live node n2 alone
