@@ -103,6 +103,18 @@ class PodStates:
             if summary is not None:
                 summary.pending = True
 
+    def keep(self, prefix: str, key: str, record: dict, value: bytes, out, summary) -> None:
+        """A pod's or node's new record (`value`): the state topic's message, and in memory its summary or,
+        deleted, what is remembered of it until it is forgotten (processing.MemoryStates.deleted)."""
+        out.state.append((state_key(prefix, key), value))
+        pod = prefix == remembering.POD
+        table = self.pods if pod else self.nodes
+        if record["deleted"]:
+            table[key] = marker = _deleted_pod(record) if pod else _deleted_node(record)
+            self.deleted(prefix, key, marker["deletedAt"], out)
+        else:
+            table[key] = summary
+
     def _unwait(self, pod_key: str) -> None:
         owner = self.waiting.pop(pod_key, None)
         if owner is not None:
@@ -390,14 +402,9 @@ class Attributing:
             record["gpuResources"] = facts["gpuResources"]
         value = records.encode(record)
         out.pods.append((key.encode(), value))
-        out.state.append((state_key(remembering.POD, key), value))
-        if deleted:
-            states.pods[key] = summary = _deleted_pod(record)
-            states.deleted(remembering.POD, key, summary["deletedAt"], out)
-        else:
-            states.pods[key] = PodSummary(rv, state, record["stateSince"], kept, attribution, pending, identity,
-                                          catalog if identity is not None else None,
-                                          states.links_changed if identity is not None else None)
+        states.keep(remembering.POD, key, record, value, out, None if deleted else PodSummary(
+            rv, state, record["stateSince"], kept, attribution, pending, identity,
+            catalog if identity is not None else None, states.links_changed if identity is not None else None))
         return controller_of(obj) is None
 
     # -- nodes -----------------------------------------------------------------------------
@@ -430,12 +437,7 @@ class Attributing:
         if previous is None or summary["kept"] != previous["kept"] or deleted != previous["deleted"]:
             value = records.encode(record)
             out.nodes.append((key.encode(), value))
-            out.state.append((state_key(remembering.NODE, key), value))
-            if deleted:
-                states.nodes[key] = summary = _deleted_node(record)
-                states.deleted(remembering.NODE, key, summary["deletedAt"], out)
-            else:
-                states.nodes[key] = summary
+            states.keep(remembering.NODE, key, record, value, out, summary)
         else:
             previous["rv"] = rv
 
