@@ -46,6 +46,7 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/warehouse_bench.py --history
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/pipeline_bench.py --stream pods
+	$(BIN)/python bench/writer_bench.py
 	$(BIN)/python bench/analytics_bench.py
 	$(BIN)/python bench/allocation_bench.py
 	$(BIN)/python bench/allocation_bench.py --analytics

@@ -3,7 +3,8 @@
 Writing: ``writing.Warehouse`` stores checked batches (``checking``) in one
 transaction each, with the pods' and nodes' intervals (``allocating``), the
 deleted workloads' filter (``deletions``) and the daily rollup and kept cost
-rows (``rolling``); ``consuming.KafkaWarehouseWriter`` feeds it from the
+rows (``rolling``), reading its batches' Arrow tables by name (``scanning``);
+``consuming.KafkaWarehouseWriter`` feeds it from the
 topics, exactly once; ``schema`` migrates the file forward.  Reading, always
 read-only: ``querying`` runs the named queries of ``queries/``, and the
 reports are library calls the CLI only prints: ``capacities.capacity_report``,
@@ -16,4 +17,4 @@ is imported by ``consuming`` only; duckdb and pyarrow stay inside this stage.
 """
 
 __all__ = ["allocating", "capacities", "checking", "consuming", "costing", "deletions", "exporting", "pricing",
-           "querying", "rolling", "schema", "values", "writing"]
+           "querying", "rolling", "scanning", "schema", "values", "writing"]

@@ -440,8 +440,8 @@ class Warehouse:
                 cols = _columns(first, _TRANSITION_SCHEMA)
                 cols["pos"] = pa.array(range(len(first)), type=pa.int64())
                 at = [r[9] for r in first]
-                n = execute_over(conn, _INSERT_TRANSITIONS, pa.table(cols),
-                                 {"lo": EPOCH + min(at) * MICROSECOND, "hi": EPOCH + max(at) * MICROSECOND}).fetchone()[0]
+                bounds = {"lo": EPOCH + min(at) * MICROSECOND, "hi": EPOCH + max(at) * MICROSECOND}
+                n = execute_over(conn, _INSERT_TRANSITIONS, pa.table(cols), bounds).fetchone()[0]
                 result.transitions_inserted = n
                 result.transition_duplicates = len(transition_rows) - n
             stored = {(topic, int(partition)): int(next_offset)

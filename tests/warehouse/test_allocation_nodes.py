@@ -183,7 +183,8 @@ def test_a_batch_rolled_back_leaves_the_writers_nodes_as_the_file_has_them(tmp_p
                 wh.write(**batch)
         result = wh.write(**batch)
         pods_after = wh.write(pods=[pod("x", at(15), "Terminated", cluster="u", node="a", gpu=4)])
-        kept = wh.cursor().execute("SELECT node_pool, known_node, gpu_seconds / 3600 FROM daily_allocation").fetchall()
+        kept = wh.cursor().execute("SELECT node_pool, known_node, gpu_seconds / 3600 FROM daily_allocation"
+                                   ).fetchall()
     assert (result.nodes, result.node_duplicates, result.pods, pods_after.pods) == (1, 0, 1, 1)
     # x held 4 GPUs 13:00-15:00 on a, in the pool a had then (new): 8 GPU-h
     assert kept == [("new", True, 8.0)]
