@@ -54,6 +54,7 @@ workloads bench at its defaults takes ~6 minutes; `--events 10000 --seconds
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -152,10 +153,11 @@ def _publishing(bootstrap_servers, topic, messages, rate, ready, go, results, op
 PUBLISHER_OPTIONS: dict = {}   # KafkaPublisher's settings other than its defaults (--linger-ms)
 
 
-def publish(bootstrap_servers, topic, messages, rate=None):
+def publish(bootstrap_servers, topic, messages, rate=None, on_start=None):
     """Publish `messages` from a process of its own, as the watchers do in production (it does
     not share the writer's interpreter lock).  Returns (time the sending began, (send times,
-    time flushed, the publisher's CPU seconds)); the producer connects before the clock starts."""
+    time flushed, the publisher's CPU seconds)); the producer connects before the clock starts.
+    `on_start` is called with the publisher's pid when it starts sending."""
     ctx = multiprocessing.get_context("spawn")
     ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
     child = ctx.Process(target=_publishing,
@@ -166,6 +168,8 @@ def publish(bootstrap_servers, topic, messages, rate=None):
         raise RuntimeError("the publisher did not start")
     go.set()
     started = time.time()
+    if on_start is not None:
+        on_start(child.pid)
     out = results.get(timeout=600)
     child.join(60)
     if child.exitcode:
@@ -220,6 +224,69 @@ def jit_seconds(pid: int) -> dict:
         except (FileNotFoundError, ProcessLookupError):
             continue   # the thread ended
     return out
+
+
+class Timeline:
+    """Each process's CPU, sampled every `interval` seconds while a measurement runs (--timeline).
+
+    Why: the sustained rate is bounded either by the cores (every process busy) or by the
+    stages waiting on each other (cores idle while events wait somewhere).  The CPU per
+    event says what the events cost; the timeline says when each process ran and when it
+    waited, so who waits for whom.  Samples: seconds since the start, then per process the
+    share of one core it used since the previous sample, and the events visible so far."""
+
+    def __init__(self, pids: dict, visible, interval: float = 0.1):
+        self.pids = dict(pids)   # name -> (pid, thread id or None)
+        self.visible = visible
+        self.interval = interval
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sampling, daemon=True)
+
+    def add(self, name: str, pid: int) -> None:
+        self.pids[name] = (pid, None)
+
+    def _cpu(self) -> dict:
+        out = {}
+        for name, (pid, thread) in list(self.pids.items()):
+            try:
+                out[name] = cpu_seconds(pid, thread)
+            except (FileNotFoundError, ProcessLookupError):
+                continue   # ended (the publisher, once it has flushed)
+        return out
+
+    def _sampling(self) -> None:
+        began = last_time = time.perf_counter()
+        last = self._cpu()
+        while not self._stop.wait(self.interval):
+            now, cpu = time.perf_counter(), self._cpu()
+            sample = {"t": round(now - began, 2)}
+            sample.update((name, round((cpu[name] - last.get(name, cpu[name])) / (now - last_time), 2))
+                          for name in cpu)
+            sample["visible"] = len(self.visible)
+            self.samples.append(sample)
+            last, last_time = cpu, now
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        """Per process: mean share of a core, and the share of samples it ran at least 90% of one."""
+        names = [n for n in self.pids if any(n in s for s in self.samples)]
+        out = {}
+        for name in names:
+            values = [s[name] for s in self.samples if name in s]
+            out[name] = {"mean_cores": round(sum(values) / len(values), 2),
+                         "busy_share": round(sum(v >= 0.9 for v in values) / len(values), 2)}
+        totals = [sum(v for k, v in s.items() if k in names) for s in self.samples]
+        out["all"] = {"mean_cores": round(sum(totals) / len(totals), 2) if totals else None,
+                      "both_cores_share": round(sum(t >= 1.8 for t in totals) / len(totals), 2) if totals else None}
+        return out
 
 
 class Run:
@@ -353,20 +420,33 @@ class Run:
         cpu_ms["total"] = round(sum(v for k, v in cpu_ms.items() if k != "broker_jit"), 4)
         return cpu_ms
 
-    def sustained(self, messages) -> dict:
+    def sustained(self, messages, timeline: Path | None = None) -> dict:
         """Publish `messages` as fast as possible: events/s to DuckDB visibility and CPU ms per event
-        (the rate runs until the last record is visible: the events after it make none)."""
+        (the rate runs until the last record is visible: the events after it make none).  With a
+        `timeline` path, each process's CPU is sampled meanwhile (``Timeline``): its samples are
+        written there as JSON lines, its summary is in the result."""
         cpu_before = self.cpu()
         load = os.getloadavg()[0]
-        started, (_, published, publisher_cpu) = publish(self.broker.bootstrap_servers, self.raw_topic, messages)
+        names = ["processor"] if len(self.procs) == 1 else [f"processor_{i + 1}" for i in range(len(self.procs))]
+        sampler = Timeline({**{name: (proc.pid, None) for name, proc in zip(names, self.procs)},
+                            "broker": (self.broker._proc.pid, None), "writer": (os.getpid(), None),
+                            "writer_thread": (os.getpid(), self.thread.native_id)}, self.visible)
         keys = [k for _, _, k in messages if k is not None]
-        self.wait(keys)
+        with sampler if timeline else contextlib.nullcontext():
+            started, (_, published, publisher_cpu) = publish(
+                self.broker.bootstrap_servers, self.raw_topic, messages,
+                on_start=lambda pid: sampler.add("publisher", pid))
+            self.wait(keys)
         n = len(messages)
         cpu_ms = self.cpu_ms_per_event(cpu_before, n, publisher_cpu)
         seconds = max(self.visible[k] for k in keys) - started
-        return {"events": n, "recorded_events": len(keys), "publish_seconds": round(published - started, 2),
-                "events_per_second": round(n / seconds), "cpu_ms_per_event": cpu_ms,
-                "load_average": [round(load, 2), round(os.getloadavg()[0], 2)]}
+        out = {"events": n, "recorded_events": len(keys), "publish_seconds": round(published - started, 2),
+               "events_per_second": round(n / seconds), "cpu_ms_per_event": cpu_ms,
+               "load_average": [round(load, 2), round(os.getloadavg()[0], 2)]}
+        if timeline:
+            timeline.write_text("".join(json.dumps(s) + "\n" for s in sampler.samples))
+            out["timeline"] = sampler.summary()
+        return out
 
     def latency(self, messages, rate: int) -> dict:
         """Publish `messages` at `rate` events/s: publish-to-visible latencies, whole and in two parts,
@@ -533,6 +613,9 @@ def main():
                              "worker are warm (JIT, connections, group membership).")
     parser.add_argument("--linger-ms", type=int,
                         help="the publisher's linger (KafkaPublisher's default otherwise), to compare")
+    parser.add_argument("--timeline", type=Path,
+                        help="write each process's CPU, sampled every 0.1 s during the sustained phase, to "
+                             "this file (JSON lines) and its summary into the result")
     args = parser.parse_args()
     if args.linger_ms is not None:
         PUBLISHER_OPTIONS["linger_ms"] = args.linger_ms
@@ -567,7 +650,7 @@ def main():
         try:
             run.warm_up(messages_of(args.warmup, "warmup") if args.warmup else [])
             sustained_msgs = messages_of(events, "sustained")
-            sustained = run.sustained(sustained_msgs)
+            sustained = run.sustained(sustained_msgs, timeline=args.timeline)
             if pods:
                 pod_events = sum(1 for _, value, _ in sustained_msgs if b'"kind":"Pod"' in value)
                 sustained["pod_events"] = pod_events
@@ -581,6 +664,7 @@ def main():
             sustained_events_per_second=sustained["events_per_second"],
             sustained_cpu_ms_per_event=sustained["cpu_ms_per_event"],
             sustained_load_average=sustained["load_average"],
+            **({"sustained_timeline": sustained["timeline"]} if "timeline" in sustained else {}),
             latency_rate_events_per_second=rate, latency_seconds_per_run=args.seconds,
             latency_runs=latency_runs,
             latency_p99_seconds_worst=max((r["p99_seconds"] for r in latency_runs), default=None))

@@ -2,20 +2,23 @@
 
 One agent consumes the raw topic, a batch at a time (the batched path):
 
-1. ``consuming.event_batches`` takes the events buffered in the agent's
-   stream, up to MAX_BATCH, without waiting for more (an idle worker handles
-   an event as soon as it arrives; a busy one gets large batches), keeping
-   what faust's stream iteration does per event that matters here (stale
-   generations skipped, events tracked as unacked for rebalances and stops);
+1. ``consuming.RawQueue.take`` takes the raw records the consumer fetched
+   and queued, up to about MAX_BATCH, without waiting for more (an idle
+   worker handles an event as soon as it arrives; a busy one gets large
+   batches), keeping what faust's per-message path does that matters here
+   (stale generations skipped, records tracked as unacked for rebalances and
+   stops) a run of records at a time;
 2. :meth:`~processing.Processor.process_batch` resolves the batch in one
    pass into outputs per raw partition, each event against the state the
    events before it left;
 3. ``sending.OutputBatches`` appends them to one record batch per raw
-   partition and output topic and hands each to that partition's
-   transactional producer; records go to the same partition number of the
-   records topic as their raw event, with transitions, dead letters and
+   partition and output topic; records go to the same partition number of
+   the records topic as their raw event, with transitions, dead letters and
    definitions likewise;
-4. the batch is acked (``consuming.ack_batch``), so its offsets may commit.
+4. a sender task (``pipelining.OutputPipeline``) hands the batches appended
+   so far to each partition's transactional producer, then acks their
+   records (``consuming.ack_batches``), so their offsets may commit; meanwhile
+   the agent goes on with the next batches.
 
 Delivery: faust's ``exactly_once`` guarantee wraps the outputs and the input
 offsets of each commit in one Kafka transaction; readers use
@@ -57,11 +60,13 @@ from kafka.errors import KafkaError
 
 from workloadmap.catalog import records
 
-from .consuming import RawConsumer, ack_batch, current, event_batches
+from .consuming import RawConsumer, ack_batches, current
+from .pipelining import OutputPipeline
 from .processing import MemoryStates, Processor
 from .sending import OutputBatches, OutputProducer, OutputTopics
 
-MAX_BATCH = 1000  # events processed, sent and acked together, at most
+MAX_BATCH = 1000  # events processed together, at most
+MAX_UNSENT = 4 * MAX_BATCH   # events processed while a send waits, at most (pipelining.py)
 
 
 @dataclass
@@ -252,7 +257,7 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         consumer_max_fetch_size=16 << 20,
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
     )
-    app.transport.Consumer = RawConsumer   # this app's transport only (consuming.py)
+    app.transport.Consumer = RawConsumer.for_topic(settings.raw_topic)   # this app's transport only (consuming.py)
     app.transport.Producer = OutputProducer   # (sending.py)
     raw = app.topic(settings.raw_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions)
     states = PartitionStates(settings)
@@ -296,30 +301,37 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
 
     @app.agent(raw)
     async def process(stream):
-        # One batch at a time: the events buffered when the agent asks (event_batches,
-        # consuming.py), resolved in one pass (Processor.process_batch), their outputs
-        # appended to one record batch per raw partition and output topic and handed to
-        # that partition's transactional producer (sending.py), then the batch acked.
-        # Acks are manual and come last, so a committed offset never lacks its outputs.
+        # One batch at a time: the raw records queued when the agent asks (RawQueue.take,
+        # consuming.py: the stream's faust events are bypassed, so `stream` is not iterated),
+        # resolved in one pass (Processor.process_batch), their outputs appended to one record
+        # batch per raw partition and output topic (sending.py), handed to that partition's
+        # transactional producer by the pipeline, which then acks the batch.  Acks are manual
+        # and come last, so a committed offset never lacks its outputs.  The agent ends when
+        # faust cancels it (the worker stops).
         outputs = OutputBatches(app, settings.raw_topic, settings.exactly_once, OutputTopics(
             settings.workloads_topic, settings.transitions_topic, settings.deadletter_topic,
             settings.definitions_topic, settings.pods_topic, settings.nodes_topic, settings.state_topic),
             settings.partitions)
         await outputs.start()
-        async for events in event_batches(stream, MAX_BATCH):
-            if not ready.is_set():
-                await ready.wait()   # the assignment's state recovery (recover_states)
-                events = current(stream, events)
-            outputs.add_batch(processor.process_batch(
-                [(m.key, m.value, m.topic, m.partition, m.offset) for m in (e.message for e in events)],
-                states.of))
-            try:
-                outputs.raise_failures()
-            except RuntimeError as exc:
-                await app.crash(exc)   # the worker stops; restarted, it resumes from its last commit
-                raise
-            await outputs.send()
-            ack_batch(stream, events)
+        # the batch's outputs are sent, and its events acked, by the pipeline's sender task while
+        # the agent processes the next batches (processors/pipelining.py); a failure to send
+        # crashes the worker, which resumes from its last commit once restarted
+        consumer = app.consumer
+        queue = consumer.raw_queue
+        pipeline = OutputPipeline(outputs, lambda runs: ack_batches(consumer, runs), app.crash, MAX_UNSENT)
+        pipeline.start()
+        try:
+            while True:
+                runs = await queue.take(app, MAX_BATCH)
+                if not ready.is_set():
+                    await ready.wait()   # the assignment's state recovery (recover_states)
+                    runs = current(app, runs)
+                outputs.add_batch(processor.process_batch(
+                    [(r.key, r.value, r.topic, r.partition, r.offset) for run in runs for r in run.records],
+                    states.of))
+                await pipeline.hand_over(runs)
+        finally:
+            await pipeline.stop()
 
     app.workloadmap_data_dir = data_dir   # held by the app: the directory lives as long as the app does
     return app

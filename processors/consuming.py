@@ -1,5 +1,5 @@
-"""Consuming the raw topic: faust's aiokafka consumer with two changes that matter for latency
-and CPU (bench/RESULTS.md), and the agent's batches over its stream.
+"""Consuming the raw topic: faust's aiokafka consumer, with the raw records handed to the agent a
+fetched batch at a time instead of one faust event at a time (bench/RESULTS.md).
 
 1. Fetches are held at most FETCH_MAX_WAIT_MS by the broker.  aiokafka leaves
    out of a fetch request the partitions that still have records waiting to be
@@ -13,33 +13,43 @@ and CPU (bench/RESULTS.md), and the agent's batches over its stream.
    at full speed (bench/RESULTS.md).  An idle worker's event waits at most
    the fetch wait.
 
-2. A fetched message is handed to the stream without a task per message when
-   it can be.  faust's fetch loop delivers each message with
-   ``wait_first(callback(message), suspend_flow.wait())``: four tasks and an
-   ``asyncio.wait`` per message, so that a delivery stuck behind a full stream
-   buffer or a suspended flow (a rebalance) is abandoned when the flow is
-   suspended.  Here the delivery coroutine is first run directly; almost
-   always it completes at once (the buffer has room, the flow is active).
-   Only when it has to wait is it finished as faust does, raced against the
-   flow's suspension, so the rebalance behaviour is unchanged.
+2. The raw topic's records bypass faust's per-message path.  faust turns
+   each fetched record into a ``ConsumerMessage``, hands it to its conductor,
+   which wraps it in an ``Event`` and puts it in the agent's channel queue,
+   whose stream iteration tracks it and acks it, each with its sensors: per
+   event, about as much CPU as resolving a pod event.  Here the fetch loop
+   (``RawConsumer._drain_messages``) cuts each partition's fetched records
+   into ``RawBatch`` runs of at most MAX_RUN records and puts them in the
+   consumer's ``raw_queue``; the agent takes what is queued, up to a batch
+   (``RawQueue.take``), and acks a run at a time (``ack_batches``).  A run is
+   one object to track and to ack: faust's bookkeeping is kept, per run.
 
-Everything else of faust's fetch loop is kept as it is: offsets read, gaps in
-acked offsets, commits every ``broker_commit_every`` messages, yielding to the
-event loop every 100 messages.
+   What faust's path does that matters, and is kept: a record before the
+   partition's read offset is dropped (already delivered); the offsets
+   between the read offset and a record, and between two records, that are
+   no message (transaction markers of the relays' and other producers'
+   transactions) are acked with the run, as faust acks such gaps; a commit
+   every ``broker_commit_every`` acked offsets; a record fetched while the
+   flow is suspended (a rebalance) or of an older consumer generation is
+   skipped, not delivered, as faust's ``getmany`` skips it, and faust seeks
+   the partitions back to their committed offsets; a run waiting for room in
+   the queue is abandoned when the flow is suspended (the stuck delivery
+   faust abandons).  When the agent takes a run, a run of an older generation
+   or taken while the flow is suspended is skipped and not acked (it comes
+   again from the committed offset after the rebalance: acking it could let a
+   commit carry its offsets before their outputs); a taken run is tracked in
+   the consumer's unacked messages until acked, so a rebalance and a
+   graceful stop wait for it (``Consumer.wait_empty``); an ack adds the run's
+   offsets to the consumer's acked offsets, from which faust's commits take
+   the offsets they commit, in the same transaction as the outputs.
+   Not kept: the per-message sensors (faust's monitor counts no raw
+   messages) and the per-message round robin between partitions (a fetch's
+   runs alternate between partitions instead).
 
-3. The agent takes its events a batch at a time (``event_batches``) and acks
-   them a batch at a time (``ack_batch``), instead of iterating its stream
-   one event at a time.  Per event, faust's stream iteration runs a pass of
-   its async generator, the stream sensors going in and out, the
-   current-event bookkeeping and an ack with its sensors; a batch pays them
-   once, and the outputs are sent per batch.  The batch reads the queue the
-   stream's channel is fed by, keeps the per-event checks that carry faust's
-   semantics (see ``event_batches``), and acks through each message's own
-   ``ack`` as the stream does, so the consumer's offsets, gaps, commits and
-   its wait for unacked messages on a rebalance or a stop are faust's.
-   faust's ``Stream.take()`` batches too, but on top of the per-event
-   iteration (one more coroutine per event) and by waiting for a full batch
-   or a timeout: latency when idle, no CPU saved.
+   Records of other topics (faust's own, such as the leader assignor's) go
+   faust's way, each handed to the conductor; the delivery coroutine is run
+   directly and only finished as faust does (raced against the flow's
+   suspension) when it has to wait, which it almost never does.
 
 faust-streaming is pinned in pyproject.toml.
 """
@@ -47,14 +57,18 @@ faust-streaming is pinned in pyproject.toml.
 from __future__ import annotations
 
 import asyncio
+import collections
 
-from faust.events import Event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 FETCH_MAX_WAIT_MS = 100
 FETCH_MIN_BYTES = 64 * 1024   # several dozen raw events
-YIELD_EVERY = 100  # messages between two turns given to the event loop (as faust)
+YIELD_EVERY = 100  # messages of other topics between two turns given to the event loop (as faust)
+MAX_RUN = 500   # records of one partition in one RawBatch, at most
+MAX_QUEUED = 4000   # raw records queued for the agent, at most: the fetch loop waits beyond
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -90,49 +104,215 @@ async def _finish(coro, waiting):
             return
 
 
+class RawBatch:
+    """A run of one raw partition's fetched records, delivered, tracked and acked as one.
+
+    `first` is the first offset its ack covers: its first record's, or, when
+    offsets that are no message precede it since the partition's read offset,
+    the one after that read offset (as faust's gaps).  Hashable by identity
+    and weakly referenceable: faust's consumer keeps unacked messages in a
+    WeakSet, and reads ``acked`` and ``refcount`` of them."""
+
+    __slots__ = ("tp", "records", "first", "generation_id", "acked", "tracked", "__weakref__")
+    refcount = 1   # faust's wait_empty logs the refcounts of what it waits for
+
+    def __init__(self, tp, records: list, first: int, generation_id: int):
+        self.tp = tp
+        self.records = records
+        self.first = first
+        self.generation_id = generation_id
+        self.acked = False
+        self.tracked = False
+
+    @property
+    def last(self) -> int:
+        return self.records[-1].offset
+
+    def __repr__(self) -> str:
+        return f"<RawBatch {self.tp.topic}[{self.tp.partition}] {self.first}..{self.last}>"
+
+
+class RawQueue:
+    """The runs fetched for the agent, bounded in records (the fetch loop waits for room)."""
+
+    def __init__(self, max_records: int = MAX_QUEUED):
+        self.max_records = max_records
+        self._runs: collections.deque[RawBatch] = collections.deque()
+        self._records = 0
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def __len__(self) -> int:
+        return self._records
+
+    def put(self, run: RawBatch) -> None:
+        self._runs.append(run)
+        self._records += len(run.records)
+        self._arrived.set()
+        if self._records >= self.max_records:
+            self._room.clear()
+
+    async def wait_for_room(self) -> None:
+        await self._room.wait()
+
+    def has_room(self) -> bool:
+        return self._room.is_set()
+
+    async def take(self, app, max_records: int) -> list[RawBatch]:
+        """The runs queued now, up to about `max_records` records (whole runs); waits only when
+        none is.  Runs of an older consumer generation, or taken while the flow is suspended,
+        are skipped (not acked: see the module docstring); the others are tracked as unacked
+        (so a rebalance or a stop waits for their ack) and returned."""
+        runs = self._runs
+        while True:
+            while not runs:
+                self._arrived.clear()
+                await self._arrived.wait()
+            generation = app.consumer_generation_id
+            active = app.flow_control.is_active()
+            unacked = app.consumer.unacked
+            taken, n = [], 0
+            while runs and n < max_records:
+                run = runs.popleft()
+                self._records -= len(run.records)
+                if not active or run.generation_id != generation:
+                    continue
+                n += len(run.records)
+                run.tracked = True
+                unacked.add(run)
+                taken.append(run)
+            if self._records < self.max_records:
+                self._room.set()
+            if taken:
+                return taken
+
+
+def current(app, runs: list[RawBatch]) -> list[RawBatch]:
+    """The runs of a batch still of the consumer's generation, with the flow active: a rebalance
+    may have happened while the batch waited.  The others are skipped as ``RawQueue.take`` skips
+    them (not acked), and no longer tracked as unacked, so that no rebalance or stop waits for
+    them."""
+    generation = app.consumer_generation_id
+    active = app.flow_control.is_active()
+    if active and all(run.generation_id == generation for run in runs):
+        return runs
+    unacked = app.consumer.unacked
+    kept = []
+    for run in runs:
+        if active and run.generation_id == generation:
+            kept.append(run)
+        else:
+            unacked.discard(run)
+    return kept
+
+
+def ack_batches(consumer, runs: list[RawBatch]) -> None:
+    """Ack runs (their offsets may then be committed): faust's ``Consumer.ack`` for every offset
+    a run covers, at once, with its lock, its committed-offset check and its waiters' wake-up."""
+    with ack_lock:
+        unacked = consumer._unacked_messages
+        for run in runs:
+            if run.acked:
+                continue
+            run.acked = True
+            unacked.discard(run)
+            tp = run.tp
+            committed = consumer._committed_offset[tp]
+            offsets = range(run.first if committed is None else max(run.first, committed), run.last + 1)
+            acked_index = consumer._acked_index[tp]
+            if not acked_index.isdisjoint(offsets):
+                offsets = [o for o in offsets if o not in acked_index]
+            acked_index.update(offsets)
+            consumer._acked[tp].extend(offsets)
+            consumer._n_acked += len(offsets)
+        notify(consumer._waiting_for_ack)
+
+
+def runs_of(tp, records: list, read: int | None, generation_id: int, max_run: int = MAX_RUN) -> list[RawBatch]:
+    """A partition's fetched records as runs of at most `max_run`: what is before the read offset
+    dropped (already delivered), the first run's ack starting after the read offset when offsets
+    that are no message lie between (as faust's gaps)."""
+    if read is not None and records and records[0].offset < read:
+        records = [r for r in records if r.offset >= read]
+    if not records:
+        return []
+    runs = []
+    first = records[0].offset
+    if read and first - read > 1:
+        first = read + 1
+    for start in range(0, len(records), max_run):
+        chunk = records[start:start + max_run]
+        runs.append(RawBatch(tp, chunk, first if start == 0 else chunk[0].offset, generation_id))
+    # a gap between two runs' records belongs to the later run: its first offset follows the
+    # earlier run's last
+    for before, after in zip(runs, runs[1:]):
+        after.first = before.last + 1
+    return runs
+
+
 class RawConsumer(faust_aiokafka.Consumer):
-    """faust's aiokafka consumer; see the module docstring for what differs and why."""
+    """faust's aiokafka consumer; see the module docstring for what differs and why.  The raw
+    topic is set by ``for_topic`` (app.py)."""
+
+    raw_topic: str = ""
+
+    @classmethod
+    def for_topic(cls, raw_topic: str) -> type:
+        return type(cls.__name__, (cls,), {"raw_topic": raw_topic})
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.raw_queue = RawQueue()
 
     def _new_consumer_thread(self):
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher) -> None:  # pragma: no cover - runs in every worker
-        callback = self.callback
         should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         read_offsets = self._read_offset
-        acks_enabled_for = self.app.topics.acks_enabled_for
+        app = self.app
+        raw_topic = self.raw_topic
+        queue = self.raw_queue
         commit_every = self._commit_every
-        since_yield = 0
         try:
             while not (should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                batch = self.getmany(timeout=1.0)
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)   # as faust: a fetch loop always gives the event loop a turn
                 if self.should_stop:
                     continue
-                async for tp, message in batch:
-                    since_yield += 1
-                    if since_yield > YIELD_EVERY:
-                        await asyncio.sleep(0)
-                        since_yield = 0
-                    offset = message.offset
-                    read = read_offsets[tp]
-                    if read is not None and offset < read:
-                        continue    # already delivered (faust drops these too)
-                    if read and offset - read > 1 and acks_enabled_for(message.topic):
-                        await self._add_gap(tp, read + 1, offset)
-                    if commit_every is not None and self._n_acked >= commit_every:
-                        self._n_acked = 0
-                        await self.commit()
-                    delivery = callback(message)
+                records, active_partitions = await self._wait_next_records(1.0)
+                generation = app.consumer_generation_id
+                if records is None or self.should_stop:
+                    continue
+                if not self.flow_active:
+                    # as faust's getmany: fetched while a rebalance stopped the flow
                     try:
-                        waiting = delivery.send(None)
-                    except StopIteration:
-                        pass    # delivered at once: the usual case
-                    else:
-                        await self.wait_first(_finish(delivery, waiting), self.suspend_flow.wait())
-                    read_offsets[tp] = offset
+                        await self.perform_seek()
+                    except Exception as exc:  # noqa: BLE001 - as faust: logged, the loop goes on
+                        self.log.warning(f"exception performing seek when flow not active {exc}")
+                    continue
+                for tp, tp_records in records.items():
+                    if not self.flow_active or app.consumer_generation_id != generation:
+                        break   # a rebalance began: the rest is fetched again from the committed offsets
+                    if not (active_partitions is None or tp in active_partitions
+                            or tp in self._buffered_partitions):
+                        continue
+                    app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    if tp.topic != raw_topic:
+                        await self._deliver_each(tp, tp_records)
+                        continue
+                    for run in runs_of(tp, tp_records, read_offsets[tp], generation):
+                        if commit_every is not None and self._n_acked >= commit_every:
+                            self._n_acked = 0
+                            await self.commit()
+                        if not queue.has_room():
+                            await self.wait_first(queue.wait_for_room(), self.suspend_flow.wait())
+                            if not self.flow_active:
+                                break   # abandoned, as faust abandons a stuck delivery
+                        queue.put(run)
+                        read_offsets[tp] = run.last
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -147,109 +327,25 @@ class RawConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
-
-async def event_batches(stream, max_events: int):
-    """The events of an agent's stream, a batch at a time: what is buffered, up to `max_events`.
-
-    The equivalent of iterating the stream (``Stream.__aiter__``) a batch at a
-    time.  It reads the queue the stream's channel is fed by (the conductor
-    puts each raw event there) and, per event, keeps what faust's stream
-    iteration does for the worker's semantics: an error thrown into the channel
-    is raised; an event of an older consumer generation, or one read while the
-    flow is suspended (a rebalance), is skipped; an event is tracked as unacked
-    (so a rebalance and a graceful stop wait for it) with the consumer's
-    ``on_message_in`` sensor.  The per-event stream sensors
-    (``on_stream_event_in``/``out``) are not called: the unit of the agent is
-    the batch.  Nothing is acked here: the caller acks a batch with
-    ``ack_batch`` once its outputs are in the producer.
-
-    One difference with faust, on purpose: a skipped event is not acked.
-    faust acks it (so that a filtered event does not hold the lag), but a
-    skipped event here was never processed, and its partition's fetch
-    position goes back to the committed offset on assignment, so it comes
-    again; acking it could let a commit carry its offset before its outputs.
-
-    Unlike ``Stream.take()`` it never waits for a batch to fill: a batch is
-    what is buffered when the agent asks, and the agent waits only when
-    nothing is (so an idle worker handles an event as soon as it arrives).
-    """
-    app = stream.app
-    channel = stream.channel
-    queue = channel.queue
-    errors = queue._errors
-    get_nowait = queue.get_nowait
-    flow_active = app.flow_control.is_active
-    acking_topics = app.topics.acking_topics
-    consumer = app.consumer
-    track = consumer.unacked.add
-    on_message_in = stream._on_message_in
-    started = await stream.maybe_start()
-    try:
-        while not stream.should_stop:
-            if errors:
-                raise errors.popleft()
-            if queue.empty():
-                first = await channel.__anext__()   # waits for one
-                values = [first]
+    async def _deliver_each(self, tp, records) -> None:  # pragma: no cover - faust's own topics
+        """faust's per-message delivery, for the records of a topic other than the raw topic."""
+        read_offsets = self._read_offset
+        callback = self.callback
+        to_message = self._to_message
+        for i, record in enumerate(records):
+            if i and not i % YIELD_EVERY:
+                await asyncio.sleep(0)
+            offset = record.offset
+            read = read_offsets[tp]
+            if read is not None and offset < read:
+                continue    # already delivered (faust drops these too)
+            if read and offset - read > 1 and self.app.topics.acks_enabled_for(tp.topic):
+                await self._add_gap(tp, read + 1, offset)
+            delivery = callback(to_message(tp, record))
+            try:
+                waiting = delivery.send(None)
+            except StopIteration:
+                pass    # delivered at once: the usual case
             else:
-                values = []
-            n = min(queue.qsize(), max_events - len(values))
-            for _ in range(n):
-                values.append(get_nowait())
-            generation = app.consumer_generation_id
-            active = flow_active()
-            batch = []
-            for event in values:
-                if not isinstance(event, Event):
-                    raise TypeError(f"the raw topic's channel delivered {type(event).__name__}, not an event")
-                message = event.message
-                if not active or message.generation_id != generation:
-                    continue   # skipped, not acked (see above): it comes again after the rebalance
-                if message.topic in acking_topics and not message.tracked:
-                    message.tracked = True
-                    track(message)
-                    on_message_in(message.tp, message.offset, message)
-                batch.append(event)
-            if batch:
-                yield batch
-    except StopAsyncIteration:
-        return   # the channel ended (faust throws it in when the worker stops), as Stream.__aiter__ returns
-    finally:
-        stream._channel_stop_iteration(channel)
-        if started:
-            await stream.stop()
-            stream.service_reset()
-
-
-def current(stream, events) -> list:
-    """The events of a batch still of the consumer's generation, with the flow active: a
-    rebalance may have happened while the batch waited.  The others are skipped as
-    ``event_batches`` skips them (not acked), and no longer tracked as unacked, so that
-    no rebalance or stop waits for them."""
-    app = stream.app
-    generation = app.consumer_generation_id
-    if app.flow_control.is_active() and all(e.message.generation_id == generation for e in events):
-        return events
-    kept = []
-    unacked = app.consumer.unacked
-    active = app.flow_control.is_active()
-    for event in events:
-        if active and event.message.generation_id == generation:
-            kept.append(event)
-        else:
-            unacked.discard(event.message)
-    return kept
-
-
-def ack_batch(stream, events) -> None:
-    """Ack the events of a batch (their offsets may then be committed)."""
-    for event in events:
-        _ack(stream, event)
-
-
-def _ack(stream, event) -> None:
-    # Stream.ack without its per-event stream sensor: the message's own ack (reference count,
-    # then the consumer's acked offsets) and the consumer's on_message_out sensor
-    message = event.message
-    if message.ack(stream.app.consumer):
-        stream._on_message_out(message.tp, message.offset, message)
+                await self.wait_first(_finish(delivery, waiting), self.suspend_flow.wait())
+            read_offsets[tp] = offset

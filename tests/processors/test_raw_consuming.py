@@ -1,8 +1,16 @@
-"""The raw consumer's eager delivery: a delivery coroutine started by hand and finished later.
+"""The raw consumer (processors/consuming.py): runs of raw records for the agent, and faust's
+per-message delivery for its own topics.
 
-The fetch loop (processors/consuming.py) runs each delivery coroutine with
-``send(None)`` and, when it has to wait, finishes it with ``_finish``.  These
-tests hold ``_finish`` to what an asyncio Task would do with the same
+Runs: the fetched records of a partition cut into runs, what is before the
+read offset dropped, the offsets that are no message acked with the run that
+follows them (as faust's gaps); the queue the agent takes runs from (what is
+queued, whole runs, stale runs skipped and not tracked); acks that faust's
+own commit computation (``Consumer._new_offset``) turns into the offsets it
+commits.
+
+Delivery of faust's own topics: the fetch loop runs each delivery coroutine
+with ``send(None)`` and, when it has to wait, finishes it with ``_finish``.
+These tests hold ``_finish`` to what an asyncio Task would do with the same
 coroutine: results of awaited futures come back, bare yields are resumed,
 exceptions propagate, and a cancellation reaches the coroutine (so faust's
 race against a suspended flow still abandons a stuck delivery).
@@ -130,214 +138,150 @@ def test_raced_against_a_suspended_flow_the_stuck_delivery_is_abandoned():
 
 
 
-# --------------------------------------------------------------------------- the agent's batches
-#
-# event_batches reads an agent stream's channel queue a batch at a time.  Checked with a stand-in
-# for the stream and the app around a real faust queue, events and consumer messages: what a
-# batch holds, what is skipped as faust's stream iteration skips it (but not acked), what is tracked,
-# how errors and the end of the channel come through, and that acks come only from ack_batch.
+# --------------------------------------------------------------------------- runs for the agent
 
+from collections import defaultdict  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
+from weakref import WeakSet  # noqa: E402
 
-from faust.events import Event  # noqa: E402
-from faust.types.tuples import ConsumerMessage  # noqa: E402
-from mode.utils.queues import FlowControlEvent, ThrowableQueue  # noqa: E402
+from aiokafka.structs import ConsumerRecord, TopicPartition  # noqa: E402
+from intervaltree import IntervalTree  # noqa: E402
 
-from workloadmap.processors.consuming import ack_batch, current, event_batches  # noqa: E402
+from workloadmap.processors.consuming import RawConsumer, RawQueue, ack_batches, current, runs_of  # noqa: E402
+
+RAW = TopicPartition("raw", 1)   # as aiokafka's fetcher keys the records
 
 
-class _Consumer:
-    def __init__(self):
-        self.unacked, self.acked = set(), []
+def _records(*offsets, partition=1):
+    return [ConsumerRecord("raw", partition, o, 0, 0, b"k%d" % o, b"v%d" % o, None, 2, 2, ()) for o in offsets]
 
-    def ack(self, message):
-        if message.acked:
-            return False
-        message.acked = True
-        self.unacked.discard(message)
-        self.acked.append(message.offset)
-        return True
+
+def _spans(runs):
+    return [(run.first, [r.offset for r in run.records]) for run in runs]
+
+
+def test_a_partitions_records_are_cut_into_runs_each_acking_from_where_the_one_before_ended():
+    # 13 and 16 are no message (transaction markers): each is acked with the run that follows it
+    runs = runs_of(RAW, _records(10, 11, 12, 14, 15, 17), read=None, generation_id=3, max_run=2)
+    assert _spans(runs) == [(10, [10, 11]), (12, [12, 14]), (15, [15, 17])]
+    # the fetch's own partition key, as faust's messages carry it (aiokafka's commit checks its type)
+    assert all(run.tp is RAW and run.generation_id == 3 for run in runs)
+
+
+def test_records_before_the_read_offset_are_dropped_and_a_gap_after_it_is_acked_with_the_first_run():
+    # read offset 11, the last delivered: 10 is dropped; 12 was no message (faust adds the gap
+    # read + 1 .. offset); a record at the read offset itself is kept, as faust keeps it
+    assert _spans(runs_of(RAW, _records(10, 13, 14), read=11, generation_id=1)) == [(12, [13, 14])]
+    assert _spans(runs_of(RAW, _records(10, 11, 12), read=11, generation_id=1)) == [(11, [11, 12])]
+    # after a seek the read offset is the committed one, the next to read: no gap
+    assert _spans(runs_of(RAW, _records(20, 21), read=20, generation_id=1)) == [(20, [20, 21])]
+    assert runs_of(RAW, _records(5, 6), read=9, generation_id=1) == []
 
 
 class _App:
-    def __init__(self, stream):
-        self.flow_control = SimpleNamespace(is_active=lambda: stream.active)
-        self.topics = SimpleNamespace(acking_topics={"raw"})
-        self.consumer = stream.consumer
-        self._stream = stream
-
-    @property
-    def consumer_generation_id(self):
-        return self._stream.generation
+    def __init__(self):
+        self.consumer_generation_id = 1
+        self.active = True
+        self.flow_control = SimpleNamespace(is_active=lambda: self.active)
+        self.consumer = SimpleNamespace(unacked=WeakSet())
 
 
-class _Stream:
-    """What event_batches reads of a faust Stream (and of its app)."""
-
-    def __init__(self, maxsize=10_000):
-        self.active, self.generation = True, 1
-        self.consumer = _Consumer()
-        self.app = _App(self)
-        flow = FlowControlEvent()
-        flow.resume()
-        self.queue = ThrowableQueue(maxsize=maxsize, flow_control=flow)
-        self.channel = SimpleNamespace(queue=self.queue, __anext__=self.queue.get)
-        self.should_stop = False
-        self.messages_in, self.messages_out, self.started, self.stopped = [], [], 0, 0
-
-    async def maybe_start(self):
-        self.started += 1
-        return True
-
-    async def stop(self):
-        self.stopped += 1
-
-    def service_reset(self):
-        pass
-
-    def _channel_stop_iteration(self, channel):
-        pass
-
-    def _on_message_in(self, tp, offset, message):
-        self.messages_in.append(offset)
-
-    def _on_message_out(self, tp, offset, message):
-        self.messages_out.append(offset)
-
-    def put(self, *offsets, generation=None, partition=0):
-        for offset in offsets:
-            message = ConsumerMessage("raw", partition, offset, 0.0, 0, None, b"k%d" % offset, b"v%d" % offset,
-                                      None, generation_id=self.generation if generation is None else generation)
-            message.incref()   # as the conductor does, once per channel
-            self.queue.put_nowait(Event(self.app, message.key, message.value, None, message))
-
-
-def _stand_in():
-    return _Stream()
-
-
-def _offsets(events):
-    return [e.message.offset for e in events]
-
-
-def test_a_batch_is_what_is_buffered_up_to_the_maximum_without_waiting_for_more():
+def test_the_agent_takes_whole_runs_queued_now_up_to_about_its_batch_and_waits_only_when_none_is():
     async def main():
-        stream = _stand_in()
-        stream.put(*range(2500))
-        batches = event_batches(stream, 1000)
-        sizes = [len(await batches.__anext__()) for _ in range(3)]
-        # nothing buffered: the next batch waits for the next event, and is that event alone
-        waiting = asyncio.ensure_future(batches.__anext__())
+        app, queue = _App(), RawQueue(max_records=6)
+        for run in runs_of(RAW, _records(*range(8)), read=None, generation_id=1, max_run=3):
+            queue.put(run)
+        assert not queue.has_room(), "8 queued of 6: the fetch loop waits"
+        first = await queue.take(app, 4)     # 3, then 3 more (whole runs): 6
+        assert queue.has_room()
+        second = await queue.take(app, 4)
+        waiting = asyncio.ensure_future(queue.take(app, 4))
         await asyncio.sleep(0.01)
         assert not waiting.done()
-        stream.put(2500)
-        last = await asyncio.wait_for(waiting, 5)
-        await batches.aclose()
-        return sizes, _offsets(last), stream
+        queue.put(runs_of(RAW, _records(8), read=7, generation_id=1)[0])
+        third = await asyncio.wait_for(waiting, 5)
+        return app, first, second, third
 
-    sizes, last, stream = asyncio.run(main())
-    assert sizes == [1000, 1000, 500] and last == [2500]
-    assert stream.consumer.acked == [], "event_batches acks nothing: the agent acks once the outputs are sent"
-    assert stream.messages_in == list(range(2501)), "every event is tracked, with the consumer's sensor"
-    assert len(stream.consumer.unacked) == 2501
-    assert (stream.started, stream.stopped) == (1, 1)
+    app, first, second, third = asyncio.run(main())
+    assert [_spans(b) for b in (first, second, third)] == [[(0, [0, 1, 2]), (3, [3, 4, 5])], [(6, [6, 7])],
+                                                          [(8, [8])]]
+    assert len(app.consumer.unacked) == 4 and all(run.tracked and not run.acked for run in first + second + third)
 
 
-def test_events_of_an_older_generation_or_read_while_the_flow_is_suspended_are_skipped_not_acked():
+def test_runs_of_an_older_generation_or_taken_while_the_flow_is_suspended_are_skipped_not_tracked():
     async def main():
-        stream = _stand_in()
-        stream.generation = 2
-        stream.put(0, 1, generation=1)   # fetched before a rebalance
-        stream.put(2, 3)
-        batches = event_batches(stream, 100)
-        first = await batches.__anext__()
-        stream.active = False            # a rebalance begins: what is left is skipped too
-        stream.put(4)
-        stream.active = True
-        stream.put(5)
-        # 4 and 5 come in one read: the flow is active again when it is read, so both are kept
-        second = await batches.__anext__()
-        await batches.aclose()
-        return _offsets(first), _offsets(second), stream
+        app, queue = _App(), RawQueue()
+        app.consumer_generation_id = 2
+        queue.put(runs_of(RAW, _records(0, 1), read=None, generation_id=1)[0])   # fetched before a rebalance
+        queue.put(runs_of(RAW, _records(2), read=1, generation_id=2)[0])
+        kept = await queue.take(app, 100)
+        app.active = False
+        queue.put(runs_of(RAW, _records(3), read=2, generation_id=2)[0])
+        waiting = asyncio.ensure_future(queue.take(app, 100))   # 3 is skipped: it waits for more
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        app.active = True
+        queue.put(runs_of(RAW, _records(4), read=3, generation_id=2)[0])
+        after = await asyncio.wait_for(waiting, 5)
+        return app, kept, after
 
-    first, second, stream = asyncio.run(main())
-    assert first == [2, 3] and second == [4, 5]
+    app, kept, after = asyncio.run(main())
     # never processed, and fetched again from the committed offset after the rebalance: an ack
     # could let a commit carry their offsets before their outputs
-    assert stream.consumer.acked == [] and stream.messages_out == []
-    assert 0 not in stream.messages_in, "a skipped event is not tracked"
+    assert _spans(kept) == [(2, [2])] and _spans(after) == [(4, [4])]
+    assert {run.first for run in app.consumer.unacked} == {2, 4}
 
 
-def test_a_batch_read_while_suspended_is_skipped_whole():
+def test_current_drops_the_runs_a_rebalance_made_stale_while_the_batch_waited():
     async def main():
-        stream = _stand_in()
-        stream.put(0, 1)
-        stream.active = False
-        batches = event_batches(stream, 100)
-        waiting = asyncio.ensure_future(batches.__anext__())
-        await asyncio.sleep(0.01)
-        stream.active = True
-        stream.put(2)
-        batch = await asyncio.wait_for(waiting, 5)
-        await batches.aclose()
-        return _offsets(batch), stream
+        app, queue = _App(), RawQueue()
+        queue.put(runs_of(RAW, _records(0, 1), read=None, generation_id=1)[0])
+        batch = await queue.take(app, 100)
+        unchanged = current(app, batch)
+        app.consumer_generation_id = 2          # a rebalance while the agent waited for state recovery
+        fresh = runs_of(RAW, _records(5), read=None, generation_id=2)
+        return app, unchanged, current(app, batch + fresh)
 
-    batch, stream = asyncio.run(main())
-    assert batch == [2] and stream.consumer.acked == []
+    app, unchanged, kept = asyncio.run(main())
+    assert _spans(unchanged) == [(0, [0, 1])] and _spans(kept) == [(5, [5])]
+    assert not app.consumer.unacked, "the stale run is no longer waited for"
 
 
-def test_current_drops_the_events_a_rebalance_made_stale_while_the_batch_waited():
-    async def main():
-        stream = _stand_in()
-        stream.put(0, 1, 2)
-        batches = event_batches(stream, 100)
-        batch = await batches.__anext__()
-        unchanged = current(stream, batch)
-        stream.active = False
-        suspended = current(stream, batch)
-        stream.active = True
-        stream.generation = 2            # a rebalance while the agent waited for state recovery
-        stream.put(3)                    # of the new generation
-        kept = current(stream, batch + [await stream.queue.get()])
-        await batches.aclose()
-        return _offsets(unchanged), suspended, _offsets(kept), stream
-
-    unchanged, suspended, kept, stream = asyncio.run(main())
-    assert unchanged == [0, 1, 2] and suspended == [] and kept == [3]
-    assert not stream.consumer.unacked, "the skipped (0-2) are no longer waited for (3 was never tracked)" and stream.consumer.acked == []
+def _faust_consumer():
+    """faust's Consumer with only its ack and commit bookkeeping (as Consumer.__init__ sets it)."""
+    consumer = object.__new__(RawConsumer)
+    consumer._acked = defaultdict(list)
+    consumer._acked_index = defaultdict(set)
+    consumer._committed_offset = defaultdict(lambda: None)
+    consumer._gap = defaultdict(IntervalTree)
+    consumer._unacked_messages = WeakSet()
+    consumer._n_acked = 0
+    consumer._waiting_for_ack = None
+    return consumer
 
 
-def test_ack_batch_acks_every_event_once_with_the_consumers_sensor():
-    async def main():
-        stream = _stand_in()
-        stream.put(0, 1, 2, partition=1)
-        batches = event_batches(stream, 100)
-        batch = await batches.__anext__()
-        ack_batch(stream, batch)
-        ack_batch(stream, batch)   # again: nothing more
-        await batches.aclose()
-        return stream
+def test_acked_runs_make_the_offsets_fausts_commit_takes_up_to_the_first_unacked_run():
+    consumer = _faust_consumer()
+    runs = runs_of(RAW, _records(10, 11, 13, 14, 15, 18, 19), read=None, generation_id=1, max_run=3)
+    assert _spans(runs) == [(10, [10, 11, 13]), (14, [14, 15, 18]), (19, [19])]
+    for run in runs:
+        consumer._unacked_messages.add(run)
+    tp = RAW
+    ack_batches(consumer, [runs[0], runs[2]])
+    ack_batches(consumer, [runs[0]])   # again: nothing more
+    assert consumer._n_acked == 4 + 1
+    # faust commits the offset after the last of the first consecutive acked offsets: 10..13
+    # (12 no message, acked with its run), not past the unacked run 14..18
+    assert consumer._new_offset(tp) == 14
+    ack_batches(consumer, [runs[1]])
+    assert consumer._new_offset(tp) == 20
+    assert not consumer._unacked_messages and all(run.acked for run in runs)
 
-    stream = asyncio.run(main())
-    assert stream.consumer.acked == [0, 1, 2] and stream.messages_out == [0, 1, 2]
-    assert not stream.consumer.unacked
 
-
-def test_an_error_thrown_into_the_channel_is_raised_and_its_end_ends_the_batches():
-    async def main():
-        stream = _stand_in()
-        batches = event_batches(stream, 100)
-        stream.queue._throw(ValueError("broken"))
-        with pytest.raises(ValueError, match="broken"):
-            await batches.__anext__()
-        stream = _stand_in()
-        batches = event_batches(stream, 100)
-        waiting = asyncio.ensure_future(batches.__anext__())
-        await asyncio.sleep(0.01)
-        stream.queue._throw(StopAsyncIteration())   # what faust throws in when the worker stops
-        with pytest.raises(StopAsyncIteration):
-            await asyncio.wait_for(waiting, 5)
-        return stream
-
-    stream = asyncio.run(main())
-    assert stream.stopped == 1
+def test_offsets_before_the_committed_offset_are_not_acked_again():
+    consumer = _faust_consumer()
+    tp = RAW
+    consumer._committed_offset[tp] = 12   # committed meanwhile (a commit of an earlier transaction)
+    ack_batches(consumer, runs_of(RAW, _records(10, 11, 12, 13), read=None, generation_id=1))
+    assert consumer._acked[tp] == [12, 13] and consumer._n_acked == 2
+    assert consumer._new_offset(tp) == 14
