@@ -16,8 +16,8 @@ fetched batch at a time instead of one faust event at a time (bench/RESULTS.md).
 2. The raw topic's records bypass faust's per-message path.  faust turns
    each fetched record into a ``ConsumerMessage``, hands it to its conductor,
    which wraps it in an ``Event`` and puts it in the agent's channel queue,
-   whose stream iteration tracks it and acks it, each with its sensors: per
-   event, about as much CPU as resolving a pod event.  Here the fetch loop
+   whose stream iteration tracks it and acks it, each with its sensors: about
+   a quarter of the worker's CPU on the pod stream (bench/RESULTS.md).  Here the fetch loop
    (``RawConsumer._drain_messages``) cuts each partition's fetched records
    into ``RawBatch`` runs of at most MAX_RUN records and puts them in the
    consumer's ``raw_queue``; the agent takes what is queued, up to a batch
