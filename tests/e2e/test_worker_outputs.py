@@ -27,7 +27,7 @@ from workloadmap.ingest.simulating import simulate_messages
 from workloadmap.processors.processing import MemoryStates, Processor
 
 OUTPUTS = {"workloads": "records", "transitions": "transitions", "deadletter": "dead_letters",
-           "pods": "pods", "nodes": "nodes", "owners": "owners"}
+           "pods": "pods", "nodes": "nodes", "state": "state"}
 
 
 def _stream() -> list[tuple[bytes, bytes]]:
