@@ -53,6 +53,7 @@ bench: $(VENV)/.installed-test kafka-jars kube-binaries
 	$(BIN)/python bench/watch_bench.py
 	$(BIN)/python bench/watch_bench.py --kind pods --objects 100000 --namespaces 50
 	$(BIN)/python bench/pod_processing_bench.py
+	$(BIN)/python bench/state_bench.py
 	$(BIN)/python bench/exporter_bench.py
 	$(BIN)/python bench/live_bench.py
 

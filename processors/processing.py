@@ -36,7 +36,7 @@ definitions), and a workload resolved without one waits for it
 (``WaitingWorkloads``, per state store).  Such an object is keyed by its own
 namespace or name, so it usually lands on another raw partition than the
 workloads naming it; yet their new records must be written in their own
-partition's transaction (the records topic is their state).  So the worker
+partition's transaction (with the state they imply).  So the worker
 that processes the object's raw event also relays a copy of it, in the same
 transaction, to every other raw partition (``Outputs.relays``); each
 partition's owner processes the copy as an ordinary event of its partition and

@@ -16,8 +16,8 @@ linger what comes while a request is in flight goes in the next request.
 Why this producer: in exactly-once mode faust runs one transactional producer
 per assigned raw partition and commits, in its transaction, that partition's
 offsets.  The outputs of an event of raw partition p go to partition p of each
-output topic (records are co-partitioned with raw events: the state of an
-object is rebuilt from partition p of the records topic) through partition p's
+output topic (co-partitioned with raw events: the state of the objects of raw
+partition p is rebuilt from partition p of the state topic) through partition p's
 producer, so they commit or abort with the offset of the event that caused
 them.  A batch is sent under faust's lock for that producer, which faust holds
 while it commits and begins the next transaction (sending in between would be
