@@ -37,13 +37,14 @@ from .settings import Settings, check_broker
 
 # The processors' state topic (processors/remembering.py) is compacted while the pipeline runs, not
 # only once a week: the log cleaner never touches the segment being written, so segments roll every
-# minute (or 16 MiB); a partition is cleaned once a tenth of it is superseded, and within two minutes
+# minute or 4 MiB (a few seconds of a busy partition: the segment being written is what a recovery
+# reads beside the live objects); a partition is cleaned once a tenth of it is superseded, and within two minutes
 # of a message at the latest.  A tombstone stays a minute after the clean that removed the values it
 # deletes (then a recovery reads only the live objects and the last minute's deletions): a recovery
 # reads a partition in seconds; one that took longer could keep a value whose tombstone it missed,
 # which costs a little memory (a forgotten object, an owner link of a deleted owner) and nothing else.
 STATE_TOPIC_CONFIG = {
-    "cleanup.policy": "compact", "segment.ms": "60000", "segment.bytes": str(16 << 20),
+    "cleanup.policy": "compact", "segment.ms": "60000", "segment.bytes": str(4 << 20),
     "min.cleanable.dirty.ratio": "0.1", "max.compaction.lag.ms": "120000", "delete.retention.ms": "60000",
 }
 

@@ -8,7 +8,8 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from tests.e2e.test_pipeline_e2e import Pipeline, pipeline_on  # noqa: F401 - the fixture
 from workloadmap.catalog import records
@@ -16,6 +17,7 @@ from workloadmap.ingest.publishing import event_key
 from workloadmap.processors.app import PartitionStates, WorkerSettings
 from workloadmap.processors.processing import MemoryStates, Processor
 from workloadmap.processors.remembering import FORGET_AFTER
+from workloadmap.running import STATE_TOPIC_CONFIG
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 NAMESPACES, DELETED, LIVE = 4, 75, 5   # per namespace
@@ -120,6 +122,15 @@ def test_a_restarted_worker_recovers_only_the_live_objects_and_goes_on_as_if_nev
     _wait_for(p, "pods", len(expected_first["pods"]))
     _wait_for(p, "state", len(expected_first["state"]))
     p.kill("processors")   # SIGKILL: its state lives on only in the state topic
+    # the topic as the worker created it: compacted, and so while the pipeline runs (running.py)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, p.topic("state"))])
+    finally:
+        admin.close()
+    configs = described["topic"][p.topic("state")]   # the values set on the topic
+    assert {k: configs[k]["value"] for k in STATE_TOPIC_CONFIG} == STATE_TOPIC_CONFIG
+    assert STATE_TOPIC_CONFIG["cleanup.policy"] == "compact" and int(STATE_TOPIC_CONFIG["segment.ms"]) <= 60_000
 
     # what a new owner of the three raw partitions rebuilds (the worker's own recovery code)
     states = PartitionStates(WorkerSettings(bootstrap_servers=kafka_broker.bootstrap_servers,
