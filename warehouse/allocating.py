@@ -272,18 +272,21 @@ _OBS_POS = operator.itemgetter(_P_OBS)
 # their nodes the writer has (the batch's node records are applied first: writing.py), in their pools.
 # The split is computed in Python (``daily_allocation``), not with schema.DAILY_ALLOCATION_OF (which the
 # migration runs over a whole history): on a batch's hundred closed intervals that statement's planning
-# and aggregate tables cost several times the rest of the batch's pods; the node intervals it needs are
-# the writer's copy of node_current (``Allocations``) answers for the open ones, and node_history is read
-# only for a node whose open interval began after a closed pod interval did, or that was deleted.
+# and aggregate tables cost several times the rest of the batch's pods.  Of the node intervals it needs,
+# the writer's copy of node_current (``Allocations``) has the open ones, and node_history is read only
+# for a node whose open interval began after a closed pod interval did, or that was deleted.
+# The sums are added to the rows the table has with an UPDATE, and the others inserted: the writer
+# knows the table's keys (a few rows a day), and an upsert's conflict handling cost more than both.
 _NODE_HISTORY_OF = """
 SELECT cluster, name, epoch_us(valid_from), epoch_us(valid_to), coalesce(node_pool, '') FROM node_history n
 WHERE valid_to > $since AND EXISTS (SELECT 1 FROM wm_rows k WHERE k.cluster = n.cluster AND k.key = n.name)
 """
-_KEEP_DAILY = """
-INSERT INTO daily_allocation SELECT * FROM wm_rows
-ON CONFLICT (day, cluster, node_pool, known_node, resource) DO UPDATE
-SET gpu_seconds = daily_allocation.gpu_seconds + excluded.gpu_seconds
+_ADD_DAILY = """
+UPDATE daily_allocation d SET gpu_seconds = d.gpu_seconds + b.gpu_seconds FROM wm_rows b
+WHERE d.day = b.day AND d.cluster = b.cluster AND d.node_pool = b.node_pool AND d.known_node = b.known_node
+  AND d.resource = b.resource
 """
+_DAILY_KEYS = "SELECT day - DATE '1970-01-01', cluster, node_pool, known_node, resource FROM daily_allocation"
 _DAILY_SCHEMA = pa.schema([("day", pa.date32()), ("cluster", pa.string()), ("node_pool", pa.string()),
                            ("known_node", pa.bool_()), ("resource", pa.string()), ("gpu_seconds", pa.float64())])
 DAY_US = 86_400_000_000
@@ -335,6 +338,9 @@ class Allocations:
         # intervals it closes, the open node intervals (see _keep_daily).  Changed inside the batch's
         # transaction: after_rollback reads it again.
         self._nodes = _current(conn, "node_current", "name", _NODE_CURRENT_COLUMNS)
+        # daily_allocation's keys (see _ADD_DAILY); those a batch inserts join them when it commits
+        self._daily_keys = set(conn.execute(_DAILY_KEYS).fetchall())
+        self._daily_added: list[tuple] = []
 
     # ------------------------------------------------------------------ pods
 
@@ -409,7 +415,7 @@ class Allocations:
         return kept, len(rows) - kept
 
     def _keep_daily(self, conn, closed: list[tuple]) -> None:
-        """Add the closed intervals' GPU-seconds to daily_allocation (see _KEEP_DAILY)."""
+        """Add the closed intervals' GPU-seconds to daily_allocation (see _ADD_DAILY)."""
         bound = [r for r in closed if r[_P_STATE] == BOUND and r[_P_GPUS] > 0 and r[_P_TO] > r[_P_FROM]]
         if not bound:
             return
@@ -431,15 +437,29 @@ class Allocations:
                 nodes[(cluster, name)].append((f, t, pool))
         rows = daily_allocation(bound, nodes)
         if rows:
-            execute_over(conn, _KEEP_DAILY, _table(rows, _DAILY_SCHEMA)).fetchall()
+            known = [r for r in rows if r[:5] in self._daily_keys]
+            if known:
+                (updated,), = execute_over(conn, _ADD_DAILY, _table(known, _DAILY_SCHEMA)).fetchall()
+                if updated != len(known):  # never: the keys are the table's (the batch rolls back, the keys are read)
+                    raise RuntimeError(f"daily_allocation has {updated} of the {len(known)} rows the writer knows")
+            fresh = [r for r in rows if r[:5] not in self._daily_keys]
+            if fresh:
+                execute_over(conn, "INSERT INTO daily_allocation SELECT * FROM wm_rows",
+                             _table(fresh, _DAILY_SCHEMA)).fetchall()
+                self._daily_added += [r[:5] for r in fresh]
 
     def after_commit(self, conn) -> None:
         if self._ended.full:
             self._ended.load(conn)
+        self._daily_keys.update(self._daily_added)
+        self._daily_added.clear()
 
     def after_rollback(self, conn) -> None:
-        """The batch's transaction was rolled back: forget what it changed in the copy of node_current."""
+        """The batch's transaction was rolled back: forget what it changed in the copies of node_current
+        and of daily_allocation's keys."""
         self._nodes = _current(conn, "node_current", "name", _NODE_CURRENT_COLUMNS)
+        self._daily_keys = set(conn.execute(_DAILY_KEYS).fetchall())
+        self._daily_added.clear()
 
     # ------------------------------------------------------------------ nodes
 

@@ -188,3 +188,28 @@ def test_a_batch_rolled_back_leaves_the_writers_nodes_as_the_file_has_them(tmp_p
     assert (result.nodes, result.node_duplicates, result.pods, pods_after.pods) == (1, 0, 1, 1)
     # x held 4 GPUs 13:00-15:00 on a, in the pool a had then (new): 8 GPU-h
     assert kept == [("new", True, 8.0)]
+
+
+def test_a_day_first_kept_by_a_batch_rolled_back_is_kept_once_when_written_again(tmp_path, monkeypatch):
+    # The writer adds to the daily rows it knows with an UPDATE and inserts the others (allocating._ADD_DAILY);
+    # a batch that inserted a day's row and then failed must leave that row unknown, the retry insert it
+    # once, and a later batch add to it.
+    from workloadmap.warehouse import writing
+    transition = {"cluster": "u", "namespace": "ml", "name": "train", "kind": "JobSet", "uid": "wl-1",
+                  "framework": "JobSet", "definition": "jobset", "from": None, "to": "Running", "at": at(1),
+                  "gpus": 4, "previousDurationSeconds": None}
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        wh.write(nodes=[node("a", at(0), cluster="u", pool="p")],
+                 pods=[pod("x", at(1), "Bound", cluster="u", node="a", gpu=4),
+                       pod("y", at(1), "Bound", cluster="u", node="a", gpu=2)])
+        ended = dict(pods=[pod("x", at(3), "Terminated", cluster="u", node="a", gpu=4)], transitions=[transition])
+        with monkeypatch.context() as m:   # the batch fails after its pods, at its transitions
+            m.setattr(writing, "_INSERT_TRANSITIONS", "SELECT no_such_column FROM wm_rows")
+            with pytest.raises(Exception):
+                wh.write(**ended)
+        wh.write(**ended)
+        wh.write(pods=[pod("y", at(4), "Terminated", cluster="u", node="a", gpu=2)])
+        kept = wh.cursor().execute("SELECT node_pool, known_node, gpu_seconds / 3600 FROM daily_allocation"
+                                   ).fetchall()
+    # x: 4 GPUs 01:00-03:00 (8 GPU-h), then y: 2 GPUs 01:00-04:00 (6 GPU-h), both on a in pool p
+    assert kept == [("p", True, 14.0)]
