@@ -290,7 +290,7 @@ _DAILY_KEYS = "SELECT day - DATE '1970-01-01', cluster, node_pool, known_node, r
 _DAILY_SCHEMA = pa.schema([("day", pa.date32()), ("cluster", pa.string()), ("node_pool", pa.string()),
                            ("known_node", pa.bool_()), ("resource", pa.string()), ("gpu_seconds", pa.float64())])
 DAY_US = 86_400_000_000
-_P_FROM, _P_TO, _P_GRES = 16, 17, 21  # of a closed interval (pod_history's columns)
+_H_FROM, _H_TO, _H_GPUS, _H_GRES = 16, 17, 18, 21  # of a closed interval (pod_history's columns)
 
 
 def daily_allocation(closed: list[tuple], node_intervals: dict[tuple, list]) -> list[tuple]:
@@ -311,8 +311,8 @@ def daily_allocation(closed: list[tuple], node_intervals: dict[tuple, list]) -> 
             day += 1
 
     for row in closed:
-        f, t, gres = row[_P_FROM], row[_P_TO], row[_P_GRES]
-        if row[_P_STATE] != BOUND or not row[_P_GPUS] > 0 or not t > f:
+        f, t, gres = row[_H_FROM], row[_H_TO], row[_H_GRES]
+        if row[_P_STATE] != BOUND or not row[_H_GPUS] > 0 or not t > f:
             continue
         cluster = row[0]
         add(cluster, "", False, f, t, gres, 1)
@@ -416,7 +416,7 @@ class Allocations:
 
     def _keep_daily(self, conn, closed: list[tuple]) -> None:
         """Add the closed intervals' GPU-seconds to daily_allocation (see _ADD_DAILY)."""
-        bound = [r for r in closed if r[_P_STATE] == BOUND and r[_P_GPUS] > 0 and r[_P_TO] > r[_P_FROM]]
+        bound = [r for r in closed if r[_P_STATE] == BOUND and r[_H_GPUS] > 0 and r[_H_TO] > r[_H_FROM]]
         if not bound:
             return
         nodes: dict[tuple, list] = {}   # (cluster, node) -> its intervals (valid_from, valid_to, pool)
@@ -428,8 +428,8 @@ class Allocations:
                 continue   # no record ever had the node: all of the interval on an unknown node
             if key not in nodes:
                 nodes[key] = [] if c[_NC_DELETED] else [(c[_NC_FROM], None, c[_NC_POOL] or "")]
-            if c[_NC_DELETED] or r[_P_FROM] < c[_NC_FROM]:
-                before[key] = min(before.get(key, r[_P_FROM]), r[_P_FROM])
+            if c[_NC_DELETED] or r[_H_FROM] < c[_NC_FROM]:
+                before[key] = min(before.get(key, r[_H_FROM]), r[_H_FROM])
         if before:
             since = EPOCH + min(before.values()) * MICROSECOND
             for cluster, name, f, t, pool in execute_over(conn, _NODE_HISTORY_OF, _table(sorted(before), _KEYS),

@@ -138,7 +138,8 @@ def histories(draw):
         end = draw(st.integers(start + 1, HOURS * 60))
         gpus = draw(st.sampled_from([{}, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 3}]))
         where = draw(st.sampled_from(["a", "b", "ghost"]))
-        common = dict(cluster="u", node=where, gpu=sum(gpus.values()), gpu_resources=gpus or None)
+        cpu = draw(st.sampled_from([0.0, 0.5, 8.0]))   # (a GPU pod may ask no CPU: only limits of GPUs)
+        common = dict(cluster="u", node=where, gpu=sum(gpus.values()), gpu_resources=gpus or None, cpu=cpu)
         pods += [pod(f"p{i}", stamp(start), "Bound", **common), pod(f"p{i}", stamp(end), "Terminated", **common)]
     cuts = sorted(draw(st.lists(st.integers(0, len(pods)), max_size=3)))
     return nodes, pods, cuts
