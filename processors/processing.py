@@ -187,7 +187,7 @@ class MemoryStates(dict):
 
     def expire(self, observed: str, out: Outputs) -> None:
         """Forget the objects deleted long enough before this event (its observedAt)."""
-        if self.forgetting.heap:
+        if self.forgetting.may_be_due(observed):
             for entry in self.forgetting.due(event_seconds(observed)):
                 self._forget(entry, out)
 

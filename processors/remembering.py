@@ -50,6 +50,7 @@ the grace for the objects deleted before it.
 from __future__ import annotations
 
 import heapq
+from datetime import datetime, timezone
 
 from workloadmap.catalog import records
 
@@ -94,6 +95,22 @@ class Forgetting:
         self.forget_after = forget_after
         self.max_deleted = max_deleted
         self.heap: list[tuple[float, str, str]] = []
+        self._due: tuple[float, str] | None = None   # (the oldest entry's time, when it is due as text)
+
+    def may_be_due(self, observed: str) -> bool:
+        """Whether an event observed at `observed` may forget something: a text comparison, so that
+        most events parse no time.  The watchers' observedAt (records.now_iso) and the due time have
+        one format, in which the text order is the time order; an observedAt in another format
+        compares right to the second, and a wrong "no" only delays forgetting to a later event."""
+        heap = self.heap
+        if not heap:
+            return False
+        due = self._due
+        if due is None or due[0] != heap[0][0]:
+            at = heap[0][0] + self.forget_after
+            due = self._due = (heap[0][0], datetime.fromtimestamp(at, timezone.utc).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"))
+        return observed >= due[1]
 
     def __len__(self) -> int:
         return len(self.heap)
