@@ -99,6 +99,17 @@ def test_deleted_objects_are_forgotten_once_the_partition_s_event_time_is_past_t
         {}, {}, {"c1/n2"}, {})
 
 
+def test_an_observed_at_in_another_format_forgets_as_well():
+    """observedAt with an offset for Z and no milliseconds (a recorded file's): at 71 s it forgets the
+    pod deleted at 10 s and not yet the Deployment deleted at 12 s (remembering.Forgetting.may_be_due
+    compares texts first)."""
+    run = Run()
+    _lived_and_deleted(run)
+    tick = event(node(name="n2", uid="n2-uid", rv="30"), 0, "ADDED")
+    tick["observedAt"] = "2026-12-01T00:01:11+00:00"
+    assert [k for k, v in run.feed(tick).state if v is None] == [b"pod:c1/p1"]
+
+
 @pytest.mark.parametrize("later", [20, 200], ids=["remembered", "forgotten"])
 def test_a_repeated_deletion_and_an_older_event_make_no_record(later):
     """A restarted watcher's relist deletes again (with the list's resourceVersion, newer), and a late
