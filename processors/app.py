@@ -50,6 +50,7 @@ an offset of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import ssl
 import tempfile
@@ -63,10 +64,11 @@ from workloadmap.catalog import records
 from .consuming import RawConsumer, ack_batches, current
 from .pipelining import OutputPipeline
 from .processing import MemoryStates, Processor
-from .sending import OutputBatches, OutputProducer, OutputTopics
+from .sending import OutputBatches, OutputProducer, OutputTopics, request_rebalance
 
 MAX_BATCH = 1000  # events processed together, at most
 MAX_UNSENT = 4 * MAX_BATCH   # events processed while a send waits, at most (pipelining.py)
+LOST_REBALANCE_AGAIN = 30.0  # seconds a lost transaction's partition waits for its rebalance before asking again
 
 
 @dataclass
@@ -288,11 +290,22 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
     # executor reads; the agent waits for it, or it would process against missing state
     ready = asyncio.Event()
 
+    @app.timer(interval=5.0)
+    async def rebalance_when_lost():
+        # A lost partition's transaction waits for a rebalance (sending.py); if the one asked for
+        # did not come (the broker away, the request fell into a rebalance already under way), ask again.
+        producer = app.producer
+        if settings.exactly_once and producer.lost and time.monotonic() - producer.lost_at > LOST_REBALANCE_AGAIN:
+            producer.lost_at = time.monotonic()
+            request_rebalance(app)
+
     @app.on_partitions_assigned.connect
     async def recover_states(app, assigned, **kwargs):
         ready.clear()
         mine = {tp.partition for tp in assigned if tp.topic == settings.raw_topic}
-        states.forget(set(states.by_partition) - mine)
+        # a partition whose transaction was lost has a state ahead of its commits (sending.py): rebuilt too
+        lost = app.producer.take_lost() if settings.exactly_once else set()
+        states.forget((set(states.by_partition) - mine) | lost)
         fresh = sorted(mine - set(states.by_partition))
         if fresh:
             await asyncio.get_running_loop().run_in_executor(None, states.recover, fresh)
@@ -318,13 +331,27 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # crashes the worker, which resumes from its last commit once restarted
         consumer = app.consumer
         queue = consumer.raw_queue
-        pipeline = OutputPipeline(outputs, lambda runs: ack_batches(consumer, runs), app.crash, MAX_UNSENT)
+
+        def ack(runs):
+            # the runs of a partition whose transaction was lost are not acked: processed again (sending.py)
+            dropped = outputs.take_dropped()
+            ack_batches(consumer, current(app, runs, dropped) if dropped else runs)
+
+        pipeline = OutputPipeline(outputs, ack, app.crash, MAX_UNSENT)
         pipeline.start()
         try:
             while True:
                 runs = await queue.take(app, MAX_BATCH)
                 if not ready.is_set():
-                    await ready.wait()   # the assignment's state recovery (recover_states)
+                    # the assignment's state recovery (recover_states); a stop does not wait for it:
+                    # faust's stop waits for the runs in hand, so they are let go (not acked: read again)
+                    while not ready.is_set() and not app.should_stop:
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(ready.wait(), 1.0)
+                    if not ready.is_set():
+                        for run in runs:
+                            consumer.unacked.discard(run)
+                        continue
                     runs = current(app, runs)
                 outputs.add_batch(processor.process_batch(
                     [(r.key, r.value, r.topic, r.partition, r.offset) for run in runs for r in run.records],

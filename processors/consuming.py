@@ -188,19 +188,19 @@ class RawQueue:
                 return taken
 
 
-def current(app, runs: list[RawBatch]) -> list[RawBatch]:
-    """The runs of a batch still of the consumer's generation, with the flow active: a rebalance
-    may have happened while the batch waited.  The others are skipped as ``RawQueue.take`` skips
-    them (not acked), and no longer tracked as unacked, so that no rebalance or stop waits for
-    them."""
+def current(app, runs: list[RawBatch], dropped=frozenset()) -> list[RawBatch]:
+    """The runs of a batch still of the consumer's generation, with the flow active, and not of a
+    `dropped` raw partition (its transaction lost: sending.py): a rebalance may have happened
+    while the batch waited.  The others are skipped as ``RawQueue.take`` skips them (not acked),
+    and no longer tracked as unacked, so that no rebalance or stop waits for them."""
     generation = app.consumer_generation_id
     active = app.flow_control.is_active()
-    if active and all(run.generation_id == generation for run in runs):
+    if not dropped and active and all(run.generation_id == generation for run in runs):
         return runs
     unacked = app.consumer.unacked
     kept = []
     for run in runs:
-        if active and run.generation_id == generation:
+        if active and run.generation_id == generation and run.tp.partition not in dropped:
             kept.append(run)
         else:
             unacked.discard(run)

@@ -43,15 +43,37 @@ each with three requests (offsets into the transaction, its end, the next
 begin) under that partition's lock, so outputs wait while it runs.
 ``OutputProducer`` commits them concurrently.
 
+Losing a partition's transaction (``OutputProducer.lose``): a transaction
+that cannot commit (its producer fenced by the worker that took the partition
+over while this one was frozen or cut off from the broker, its transaction
+aborted by the broker after a restart that outlasted the transaction timeout,
+a batch refused) takes with it the outputs of the events acked since the last
+commit, while the worker's state of that partition and its consumer position
+have moved past them.  faust crashes the worker there; a crash is correct but
+costs a restart and a state recovery of every partition.  Instead only that
+partition is given up: its producer is dropped (so nothing more goes into
+the lost transaction and nothing of it can commit: no producer, no commit of
+the partition's offsets), its state is forgotten at the next assignment
+(``take_lost``), and the worker asks its group to rebalance.  After the
+rebalance the group's assignment says who owns the partition: faust starts a
+new transactional producer for it where it is assigned (its initialisation
+fences any older one and aborts what was left open), seeks it to its
+committed offset, and the state is rebuilt from the committed outputs; so
+the events after the last commit are processed again, once, against the
+state those commits imply.
+
 faust exposes no public per-partition producer, so this reads two attributes
-of faust-streaming's aiokafka Producer (pinned in pyproject.toml).
+of faust-streaming's aiokafka Producer (pinned in pyproject.toml), and asks
+for the rebalance through its aiokafka consumer's group coordinator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import time
 from typing import NamedTuple
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -62,28 +84,97 @@ log = logging.getLogger(__name__)
 
 
 class OutputProducer(faust_aiokafka.Producer):
-    """faust's aiokafka Producer with the per-partition transactions committed concurrently.
+    """faust's aiokafka Producer with the per-partition transactions committed concurrently, and a
+    partition whose transaction cannot commit given up instead of the worker (``lose``).
 
-    Why: a commit round, one partition after another, took a large part of the
+    Why concurrently: a commit round, one partition after another, took a large part of the
     latency budget (bench/RESULTS.md), and that is time records wait to become
     visible and, under each partition's lock, outputs wait to be sent.  The transactions are independent (one
     transactional id per partition), so their round trips may overlap.
     """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.lost: dict[str, str] = {}   # transactional id -> why, until the next assignment takes it
+        self.lost_at = 0.0   # when the first of them was lost (monotonic)
+        self._stopping: set[asyncio.Task] = set()
 
     async def commit_transactions(self, tid_to_offset_map, group_id, start_new_transaction=True) -> None:
         await asyncio.gather(*(self._commit_transaction(tid, offsets, group_id, start_new_transaction)
                                for tid, offsets in tid_to_offset_map.items()))
 
     async def _commit_transaction(self, transactional_id, offsets, group_id, start_new_transaction) -> None:
-        async with self._trn_locks[transactional_id]:
+        if transactional_id in self.lost:
+            return   # its offsets commit after the rebalance, from whoever owns the partition then
+        lock = self._trn_locks.get(transactional_id)
+        async with lock or contextlib.nullcontext():
             producer = self._transaction_producers.get(transactional_id)
             if producer is None:
                 log.warning("commit invoked for unknown transaction %s", transactional_id)
                 return
-            await producer.send_offsets_to_transaction(offsets, group_id)
-            await producer.commit_transaction()
-            if start_new_transaction:
-                await producer.begin_transaction()
+            try:
+                await producer.send_offsets_to_transaction(offsets, group_id)
+                await producer.commit_transaction()
+                if start_new_transaction:
+                    await producer.begin_transaction()
+            except Exception as exc:   # noqa: BLE001 - fenced, aborted, broker errors: the partition is given up
+                self.lose(transactional_id, exc, producer)
+
+    def lose(self, transactional_id: str, why, producer=None) -> None:
+        """Give up the transaction of one partition (see the module docstring): its producer is
+        dropped, its open transaction aborted when possible, and the group asked to rebalance.
+        With `producer`, only if that is still the partition's producer (a failure reported late by
+        one given up earlier says nothing about the one a rebalance has started since)."""
+        current = self._transaction_producers.get(transactional_id)
+        if transactional_id in self.lost or (producer is not None and current is not None and current is not producer):
+            return
+        if not self.lost:
+            self.lost_at = time.monotonic()
+        self.lost[transactional_id] = repr(why)[:300]
+        log.warning("transaction %s lost (%s): its partition is processed again from its last commit "
+                    "after a rebalance", transactional_id, self.lost[transactional_id])
+        producer = self._transaction_producers.pop(transactional_id, None)
+        if producer is not None:
+            task = asyncio.ensure_future(_stopping(producer))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        request_rebalance(self.app)
+
+    def take_lost(self) -> set[int]:
+        """The raw partitions whose transactions were lost since the last call (their state is to
+        be rebuilt): called at an assignment, after faust started the assigned partitions' producers."""
+        partitions = self.lost_partitions()
+        self.lost.clear()
+        return partitions
+
+    def lost_partitions(self) -> set[int]:
+        # faust's transactional ids end with the partition: "{app id}-{group}-{partition}"
+        return {int(tid.rsplit("-", 1)[1]) for tid in self.lost}
+
+
+async def _stopping(producer) -> None:
+    """Abort what a given-up producer holds (so that readers need not wait for the broker's
+    transaction timeout), then stop it; within bounds, whatever state it is in."""
+    manager = producer._txn_manager
+    try:
+        if manager is not None and manager.state.name in ("IN_TRANSACTION", "ABORTABLE_ERROR"):
+            await asyncio.wait_for(producer.abort_transaction(), 10)
+    except Exception:   # noqa: BLE001 - fenced or unreachable: the next owner's producer aborts it
+        pass
+    try:
+        await asyncio.wait_for(producer.stop(), 10)
+    except Exception:   # noqa: BLE001
+        pass
+
+
+def request_rebalance(app) -> None:
+    """Ask the worker's consumer group to rebalance (aiokafka's coordinator, in faust's consumer thread)."""
+    try:
+        thread = app.consumer._thread
+        coordinator = thread._ensure_consumer()._coordinator
+        thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
+    except Exception as exc:   # noqa: BLE001 - not started or stopping: the next assignment comes anyway
+        log.warning("rebalance not requested: %r", exc)
 
 
 class OutputTopics(NamedTuple):
@@ -112,6 +203,8 @@ class OutputBatches:
         self._full: list[tuple[int, str, int, object]] = []
         self._producer = None  # faust's Producer
         self.failures: list[BaseException] = []
+        self._dropped: set[int] = set()   # raw partitions whose outputs were dropped since the last send
+        self._last_dropped: set[int] = set()
 
     async def start(self) -> None:
         started = await self.app.maybe_start_producer()   # the transaction manager in exactly-once mode
@@ -123,22 +216,42 @@ class OutputBatches:
         group = self.app.assignor.group_for_topic(self.raw_topic)
         return f"{self.app.conf.id}-{group}-{partition}"
 
-    def _aiokafka_producer(self, transactional_id: str | None):
-        if transactional_id is None:
-            return self._producer._ensure_producer()
-        return self._producer._transaction_producers[transactional_id]
+    def _transactional(self, transactional_id: str, *, sending: bool):
+        """The partition's transactional producer, or None when its transaction is lost (given up).
+
+        Appending needs the producer only (its transaction may be committing meanwhile); sending,
+        under the partition's lock, needs it in a transaction: between a commit and the next begin
+        the lock is held, so a producer found out of one is fenced, failed or ended for good."""
+        if transactional_id in self._producer.lost:
+            return None
+        producer = self._producer._transaction_producers.get(transactional_id)
+        if producer is None:
+            self._producer.lose(transactional_id, "no producer for the partition")
+        elif sending and not producer._txn_manager.is_in_transaction():
+            self._producer.lose(transactional_id, f"its producer is {producer._txn_manager.state.name}", producer)
+            return None
+        return producer
 
     def add(self, partition: int, topic: str, key: bytes | None, value: bytes | None,
             to: int | None = None) -> None:
         """Append one output of an event of raw `partition` to `topic`, at partition `to` of it (by
-        default the same number)."""
+        default the same number).  Dropped when the partition's transaction is lost: the event is
+        processed again after the rebalance (sending.py's docstring)."""
         where = (partition, topic, partition if to is None else to)
         batch = self._batches.get(where)
         if batch is None:
-            batch = self._batches[where] = self._new_batch(partition)
+            batch = self._new_batch(partition)
+            if batch is None:
+                self._dropped.add(partition)
+                return
+            self._batches[where] = batch
         if batch.append(key=key, value=value, timestamp=None) is None:   # full: start another
             self._full.append((*where, batch))
             batch = self._batches[where] = self._new_batch(partition)
+            if batch is None:
+                del self._batches[where]
+                self._dropped.add(partition)
+                return
             if batch.append(key=key, value=value, timestamp=None) is None:
                 raise ValueError(f"an output of {len(value or b'')} bytes to {topic} is larger than "
                                  f"the producer's max batch size")
@@ -165,13 +278,20 @@ class OutputBatches:
         return counted or self.partitions
 
     def _new_batch(self, partition: int):
-        return self._aiokafka_producer(self._transactional_id(partition)).create_batch()
+        """A record batch of the partition's producer; None when its transaction is lost."""
+        transactional_id = self._transactional_id(partition)
+        if transactional_id is None:
+            return self._producer._ensure_producer().create_batch()
+        producer = self._transactional(transactional_id, sending=False)
+        return None if producer is None else producer.create_batch()
 
     def __len__(self) -> int:
         return len(self._batches) + len(self._full)
 
-    async def send(self) -> None:
-        """Hand every batch to its partition's producer (returns once they are queued, not delivered).
+    async def send(self) -> set[int]:
+        """Hand every batch to its partition's producer (returns once they are queued, not delivered);
+        returns the raw partitions whose outputs were dropped, their transactions lost since the last
+        send: their events must not be acked (a commit of their offsets would skip them).
 
         All the batches of one raw partition are sent under one hold of that partition's lock, so
         they land in one transaction: a commit between two of them would put an event's record in
@@ -184,20 +304,48 @@ class OutputBatches:
         self._full, self._batches = [], {}
         for partition, batches in by_partition.items():
             transactional_id = self._transactional_id(partition)
-            lock = (self._producer._trn_locks[transactional_id] if transactional_id is not None
-                    else contextlib.nullcontext())
-            async with lock:
-                producer = self._aiokafka_producer(transactional_id)
-                for topic, to, batch in batches:
-                    delivery = await producer.send_batch(batch, topic, partition=to)
-                    delivery.add_done_callback(self._delivered)
+            if transactional_id is None:
+                await self._send(self._producer._ensure_producer(), batches, None)
+                continue
+            async with self._producer._trn_locks.get(transactional_id) or contextlib.nullcontext():
+                producer = self._transactional(transactional_id, sending=True)
+                if producer is None or not await self._send(producer, batches, transactional_id):
+                    self._dropped.add(partition)
+        dropped, self._dropped = self._dropped, set()
+        if self.exactly_once:
+            dropped |= self._producer.lost_partitions()
+        self._last_dropped = dropped
+        return dropped
 
-    def _delivered(self, delivery) -> None:
-        if not delivery.cancelled() and delivery.exception() is not None:
+    def take_dropped(self) -> set[int]:
+        """What the last ``send()`` returned, once (for the acks that follow it)."""
+        dropped, self._last_dropped = self._last_dropped, set()
+        return dropped
+
+    async def _send(self, producer, batches, transactional_id: str | None) -> bool:
+        """Whether every batch went in (else the partition's transaction is lost)."""
+        for topic, to, batch in batches:
+            try:
+                delivery = await producer.send_batch(batch, topic, partition=to)
+            except Exception as exc:   # noqa: BLE001 - not in a transaction any more (fenced, failed)
+                if transactional_id is None:
+                    raise
+                self._producer.lose(transactional_id, exc, producer)
+                return False
+            delivery.add_done_callback(functools.partial(self._delivered, transactional_id, producer))
+        return True
+
+    def _delivered(self, transactional_id: str | None, producer, delivery) -> None:
+        if delivery.cancelled() or delivery.exception() is None:
+            return
+        if transactional_id is None:
             self.failures.append(delivery.exception())
+        else:   # the transaction cannot commit: the partition is given up, its events processed again
+            self._producer.lose(transactional_id, delivery.exception(), producer)
 
     def raise_failures(self) -> None:
-        """Raise if a batch sent earlier was refused: its outputs are lost, which must not pass unseen."""
+        """Raise if a batch sent earlier was refused: its outputs are lost, which must not pass unseen
+        (at least once; in exactly-once mode a refused batch's partition is given up instead)."""
         if self.failures:
             failures, self.failures = self.failures, []
             raise RuntimeError(f"{len(failures)} output batch(es) refused by Kafka: {failures[0]!r}") from failures[0]

@@ -40,6 +40,7 @@ def test_the_output_producer_commits_the_partitions_transactions_concurrently():
     async def main():
         log = []
         producer = object.__new__(OutputProducer)   # only what commit_transactions reads
+        producer.lost = {}
         producer._trn_locks = {tid: asyncio.Lock() for tid in ("app-0", "app-1", "app-2", "gone")}
         producer._transaction_producers = {tid: Transactional(log, tid) for tid in ("app-0", "app-1", "app-2")}
         await producer.commit_transactions({f"app-{p}": {("raw", p): 10 + p} for p in range(3)} | {"gone": {}},
@@ -132,6 +133,7 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
         class Transactional:
             def __init__(self, tid):
                 self.tid = tid
+                self._txn_manager = SimpleNamespace(is_in_transaction=lambda: True)
 
             async def send_batch(self, batch, topic, partition):
                 sent.append((partition, topic, transaction[self.tid]))
@@ -142,7 +144,7 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
 
         locks = {tid: asyncio.Lock() for tid in transaction}
         outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True, topics=topics)
-        outputs._producer = SimpleNamespace(_trn_locks=locks,
+        outputs._producer = SimpleNamespace(_trn_locks=locks, lost={}, lost_partitions=set,
                                             _transaction_producers={t: Transactional(t) for t in transaction})
         outputs._transactional_id = lambda partition: f"app-{partition}"
         outputs._new_batch = lambda partition: Builder()
