@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,7 +35,11 @@ from workloadmap.warehouse.pricing import Pricing, load_pricing
 from workloadmap.warehouse.writing import Warehouse, WriteResult
 
 from .embedding import EmbeddedPipeline
-from .settings import Settings, check_broker
+from .settings import BrokerUnavailable, Settings, wait_for_broker
+
+log = logging.getLogger(__name__)
+
+STOP_WITHIN = 30.0  # seconds a processors worker is given to stop gracefully on SIGTERM/SIGINT
 
 
 # The processors' state topic (processors/remembering.py) is compacted while the pipeline runs, not
@@ -49,10 +56,26 @@ STATE_TOPIC_CONFIG = {
 }
 
 
-def ensure_topics(settings: Settings) -> None:
-    """Create the pipeline's topics when missing (idempotent); BrokerUnavailable at once when no
-    broker answers (every service and `replay` start here)."""
-    check_broker(settings)
+def ensure_topics(settings: Settings, *, wait: float = 0.0) -> None:
+    """Create the pipeline's topics when missing (idempotent); BrokerUnavailable when no broker
+    answers, at once or after waiting up to `wait` seconds for one (every service and `replay` start
+    here: the services wait ``settings.broker_wait``, `replay` does not)."""
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + wait
+    while True:
+        wait_for_broker(settings, max(0.0, deadline - time.monotonic()), say=log.warning)
+        try:
+            return _create_topics(settings)
+        except KafkaError as exc:   # the broker accepts connections before it answers (starting up)
+            if time.monotonic() >= deadline:
+                raise BrokerUnavailable(f"the Kafka broker at {settings.bootstrap_servers} does not answer: "
+                                        f"{exc}") from exc
+            log.warning("the Kafka broker at %s does not answer yet (%s): trying again", settings.bootstrap_servers, exc)
+            time.sleep(1.0)
+
+
+def _create_topics(settings: Settings) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -136,7 +159,7 @@ def run_processors(settings: Settings) -> None:
 
     from workloadmap.processors.app import WorkerSettings, create_app
 
-    ensure_topics(settings)
+    ensure_topics(settings, wait=settings.broker_wait)
     app = create_app(WorkerSettings(
         bootstrap_servers=settings.bootstrap_servers, app_id=f"{settings.client_id}-processors",
         raw_topic=settings.raw_topic, workloads_topic=settings.workloads_topic,
@@ -146,7 +169,29 @@ def run_processors(settings: Settings) -> None:
     ))
     quiet_kafka_logs()
     collect_garbage_rarely()
-    faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+    class Worker(faust.Worker):
+        def _schedule_shutdown(self, signal) -> None:
+            if not self._signal_stop_time:
+                exit_unless_stopped_within(STOP_WITHIN)
+            super()._schedule_shutdown(signal)
+
+    Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+
+def exit_unless_stopped_within(seconds: float) -> None:
+    """Exit the process (status 1) if it is still there `seconds` from now (a daemon thread).
+
+    Why: a graceful stop waits for things outside the worker (a rebalance under way, a
+    transactional producer's broker, a state recovery's reads), and one of them can hold it for
+    minutes.  An exit mid-way is a crash, which the processors are built to survive: what was
+    not committed is aborted and processed again by the next owner of its partitions."""
+    def watch() -> None:
+        time.sleep(seconds)
+        print(f"not stopped within {seconds:.0f} s of the signal: exiting", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="stop-watchdog", daemon=True).start()
 
 
 def pricing_of(settings: Settings) -> Pricing | None:
@@ -259,7 +304,7 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     """
     pricing = pricing_of(settings)
     token = settings.read_token()  # an unreadable token file fails before anything starts
-    ensure_topics(settings)
+    ensure_topics(settings, wait=settings.broker_wait)
     quiet_kafka_logs()
     stop = stop or stop_on_signals()
     exporter = start_exporter(settings, metrics, role="warehouse-exporter") if metrics else None
@@ -322,7 +367,7 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
         publisher = EmbeddedPipeline(warehouse, batch=1000, tracker=tracker)
         target = f"the embedded pipeline into {settings.duckdb}"
     else:
-        ensure_topics(settings)
+        ensure_topics(settings, wait=settings.broker_wait)
         warehouse = None
         publisher = raw_publisher(settings, "watchers")
         target = f"{settings.raw_topic} at {settings.bootstrap_servers}"

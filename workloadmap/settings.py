@@ -11,6 +11,7 @@ show in `ps`), and are never printed.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, fields
 
 import yaml
@@ -43,6 +44,7 @@ class Settings:
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
     client_id: str = "workloadmap"
     partitions: int = 3
+    broker_wait: float = 120.0                # seconds a service waits for the broker at its start (0: fail at once)
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -120,6 +122,8 @@ def load(config_file: str | None = None, given: dict | None = None) -> Settings:
             values[name] = value
     if "partitions" in values:
         values["partitions"] = int(values["partitions"])
+    if "broker_wait" in values:
+        values["broker_wait"] = float(values["broker_wait"])
     if isinstance(values.get("clusters"), str):    # environment: comma-separated
         values["clusters"] = [c for c in values["clusters"].split(",") if c.strip()]
     if "clusters" in values:
@@ -151,3 +155,27 @@ def check_broker(settings: Settings, timeout: float = 5.0) -> None:
             reasons.append(f"{server}: {getattr(exc, 'strerror', None) or exc}")
     raise BrokerUnavailable(f"no Kafka broker at {settings.bootstrap_servers} ({'; '.join(reasons) or 'no servers'})"
                             f"; start one (`docker compose up -d kafka`) or give --bootstrap-servers")
+
+
+def wait_for_broker(settings: Settings, within: float, *, say=None) -> None:
+    """``check_broker``, tried again with a growing pause (0.5 s doubling up to 8 s) for up to
+    `within` seconds, then BrokerUnavailable.
+
+    Why: a service started while its broker restarts (a kubelet restarting both, a broker
+    upgrade) would otherwise exit at once and be restarted in a loop that says nothing useful;
+    a bounded wait rides out a restart and still fails, with the same one line, when there is
+    no broker.  `say` is told each wait (a line for the log)."""
+    deadline = time.monotonic() + within
+    pause = 0.5
+    while True:
+        try:
+            check_broker(settings)
+            return
+        except BrokerUnavailable as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            if say is not None:
+                say(f"{exc}: trying again in {min(pause, left):.1f} s")
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 8.0)

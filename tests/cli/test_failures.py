@@ -76,13 +76,29 @@ def test_export_where_its_directory_cannot_be_made(demo_warehouse, tmp_path):
     assert code == 1 and one_line(err) == f"error: {blocker / 'out'}: Not a directory"
 
 
-@pytest.mark.parametrize("command", [["replay", "--workloads", "5", "--days", "1"], ["run", "warehouse"],
-                                     ["run", "processors"]])
-def test_no_broker_is_said_at_once(command, no_broker, tmp_path):
-    code, _, err, took = run(*command, "--bootstrap-servers", no_broker, "--duckdb", str(tmp_path / "w.duckdb"))
+def test_no_broker_is_said_at_once(no_broker, tmp_path):
+    code, _, err, took = run("replay", "--workloads", "5", "--days", "1", "--bootstrap-servers", no_broker,
+                             "--duckdb", str(tmp_path / "w.duckdb"))
     assert code == 1 and took < 15
     assert one_line(err) == (f"error: no Kafka broker at {no_broker} ({no_broker}: Connection refused); "
                              f"start one (`docker compose up -d kafka`) or give --bootstrap-servers")
+
+
+@pytest.mark.parametrize("service", ["warehouse", "processors"])
+def test_a_service_waits_broker_wait_seconds_for_its_broker_then_says_there_is_none(service, no_broker, tmp_path,
+                                                                                     monkeypatch):
+    """A service rides out a broker restart at its start (settings.broker_wait), saying so each time
+    it tries again (0.5, 1, 2 s apart), and ends with the one line of a missing broker."""
+    monkeypatch.setenv("WORKLOADMAP_BROKER_WAIT", "3")
+    code, _, err, took = run("run", service, "--bootstrap-servers", no_broker, "--duckdb", str(tmp_path / "w.duckdb"))
+    assert code == 1 and 3 <= took < 15, err
+    assert "Traceback" not in err, err
+    *waits, last = err.strip().splitlines()
+    assert last == (f"error: no Kafka broker at {no_broker} ({no_broker}: Connection refused); "
+                    f"start one (`docker compose up -d kafka`) or give --bootstrap-servers")
+    assert waits[:2] == [f"no Kafka broker at {no_broker} ({no_broker}: Connection refused); start one (`docker "
+                         f"compose up -d kafka`) or give --bootstrap-servers: trying again in {s} s" for s in ("0.5", "1.0")]
+    assert all("trying again in" in w for w in waits) and len(waits) <= 3, err
 
 
 def interrupted(args, after: float):
