@@ -101,10 +101,10 @@ def test_a_worker_frozen_past_its_session_gives_up_its_fenced_partitions_not_its
     transactions.  Let go, its open transactions cannot commit: it must give those partitions up
     (their events processed again, once, by their new owner) and go on in the group."""
     p = pipeline_on(kafka_broker.bootstrap_servers)
-    messages = _stream()
+    messages = _stream(workloads=600)
     _two_workers(p)
-    stream = Steadily(p, messages)
-    stream.wait_until(len(messages) // 3)
+    stream = Steadily(p, messages, rate=len(messages) / (SESSION_TIMEOUT + 30))   # still under way when let go
+    stream.wait_until(len(messages) // 8)
     p.procs["processors-2"].send_signal(signal.SIGSTOP)
     time.sleep(SESSION_TIMEOUT + 10)
     p.procs["processors-2"].send_signal(signal.SIGCONT)
