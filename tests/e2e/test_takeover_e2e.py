@@ -148,5 +148,6 @@ def test_a_worker_stops_within_seconds_of_sigterm_as_its_peer_s_partitions_come_
     p.stop("processors-2")   # asserts it exits 0 within 60 s
     assert time.monotonic() - started < 15
     stream.join()
-    p.start("processors")
+    p.start("processors")   # the rest of the stream; running (in its group) before _end stops it
+    _wait_for_workers(p, 1)
     _end(p, messages)
