@@ -13,8 +13,9 @@ rate on these cores beside everything else:
 - a raw publisher for the rest of --rate (2,000 events/s in all): the simulator's multi-cluster
   history (ingest/scheduling.py: workloads of every framework, their owners, their pods placed
   on nodes, the nodes), replayed round after round in the same three clusters with fresh uids
-  (objects deleted and created again under their names, as a cluster's jobs come and go), each
-  round ending with the deletion of what it left alive (so the live state stays bounded and RSS
+  (objects deleted and created again under their names, as a cluster's jobs come and go) and
+  fresh node names (a node is known by its name, and each round replays the same event times:
+  a node of the same name would be older than its deletion in the round before), each round ending with the deletion of what it left alive (so the live state stays bounded and RSS
   can be compared), with one malformed message in 200 (dead-lettered).  Not fresh cluster names:
   the exporter keeps a cluster's counters (records, transitions, freshness) as long as it runs, as
   a Prometheus exporter must, so a new cluster every round grew its memory with the run's length
@@ -174,8 +175,9 @@ def _publishing(bootstrap: str, rate: float, partitions: int, workloads: int, re
     from tests.kube_objects import example
     from workloadmap.ingest.publishing import KafkaPublisher
 
-    _, base, closing = _base_history(workloads, seed=30)
+    names, base, closing = _base_history(workloads, seed=30)
     round_messages = base + closing
+    node_names = [(f'"name":"{n}-'.encode(), f'"nodeName":"{n}-'.encode()) for n in names]
     deployment = example("Deployment")
     deployment.pop("status", None)
     heartbeats = heartbeat_keys(partitions)
@@ -189,7 +191,8 @@ def _publishing(bootstrap: str, rate: float, partitions: int, workloads: int, re
     failures = 0
     while not stop.is_set():
         renamed = f'"uid":"r{rnd}-'.encode()
-        for i, (_, key, value) in enumerate(round_messages):
+        renamed_nodes = [(f'"name":"{n}-r{rnd}-'.encode(), f'"nodeName":"{n}-r{rnd}-'.encode()) for n in names]
+        for i, (c, key, value) in enumerate(round_messages):
             if stop.is_set():
                 break
             now = time.time()
@@ -202,6 +205,8 @@ def _publishing(bootstrap: str, rate: float, partitions: int, workloads: int, re
             if due > now:
                 time.sleep(due - now)
             value = value.replace(b'"uid":"', renamed)   # the object's and its owners' alike
+            for old_name, new_name in zip(node_names[c], renamed_nodes[c]):
+                value = value.replace(old_name, new_name)
             try:
                 publisher.publish_raw(key, value)
                 if i % 200 == 199:   # a malformed message: the event cut short

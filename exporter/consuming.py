@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 ASSIGN_EVERY_S = 10.0   # how often the consumer looks for partitions it does not read yet
 LAG_EVERY_S = 1.0       # how often the lag gauges are set
+RETRY_FIRST_S, RETRY_MOST_S = 0.5, 8.0   # pauses between polls while the broker does not answer
 
 
 class TopicsConsumer:
@@ -128,10 +129,24 @@ class TopicsConsumer:
         return len(messages)
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Poll until `stop` is set or ``stop()`` is called; then close.  An error ends the loop (unhealthy)."""
+        """Poll until `stop` is set or ``stop()`` is called; then close.  An error ends the loop
+        (unhealthy), but for a retriable Kafka error: the broker away (a restart, a network cut) is
+        waited for, trying again 0.5 s, 1 s, 2 s ... at most 8 s apart, with the same consumer, which
+        keeps its positions (a new one would read every topic again and count every record twice)."""
+        from kafka.errors import KafkaError
+
+        pause = RETRY_FIRST_S
         try:
             while not self._stop.is_set() and not (stop is not None and stop.is_set()):
-                self.poll_once()
+                try:
+                    self.poll_once()
+                    pause = RETRY_FIRST_S
+                except KafkaError as exc:
+                    if not getattr(exc, "retriable", False):
+                        raise
+                    log.warning("exporter: the broker does not answer (%r): trying again in %.1f s", exc, pause)
+                    self._stop.wait(pause)
+                    pause = min(2 * pause, RETRY_MOST_S)
         except BaseException as exc:
             self.failed = exc
             raise

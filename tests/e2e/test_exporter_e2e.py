@@ -263,3 +263,42 @@ def test_the_warehouse_writer_serves_the_same_series_with_metrics(kafka_broker, 
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
+
+
+def test_the_exporter_rides_out_a_broker_restart_and_counts_nothing_twice(tmp_path):
+    """The soak's exporter exited twice when its broker restarted (bench/soak.py): it waits for the
+    broker with the consumer it has, so the series go on from where they were and the records
+    counted before the restart are not counted again."""
+    from tests.services.fixtures import skip_if_kafka_opted_out
+    from tests.services.kafka_broker import KafkaBroker
+
+    skip_if_kafka_opted_out()
+    with KafkaBroker() as broker:
+        env, cluster = {}, "e2e-restart"
+        topic = records.WORKLOADS_TOPIC
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        admin.create_topics([NewTopic(topic, 3, 1)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        spec = dict(name="trainer", namespace="ml", cluster=cluster, components=[component("master", 1, per_pod_gpu=8)])
+        producer.send(topic, key=b"k", value=records.encode(workload("ua", "Running", **spec))).get(30)
+        trainer = {"cluster": cluster, "namespace": "ml", "workload": "trainer", "kind": "PyTorchJob"}
+        status = ("workloadmap_workload_status", frozenset({**trainer, "status": "Failed"}.items()))
+        with open(tmp_path / "exporter.log", "wb") as log:
+            exporter = Exporter(broker.bootstrap_servers, env, log)
+            try:
+                exporter.wait_ready()
+                broker.stop()
+                time.sleep(8)   # the exporter's polls and lag reads fail meanwhile
+                broker.restart()
+                producer.send(topic, key=b"k", value=records.encode(
+                    workload("ua", "Failed", **spec, at="2026-12-01T10:05:00Z"))).get(60)
+                _wait(lambda: _series(exporter.port, cluster).get(status) == 1, "the record after the restart", 90)
+                assert exporter.process.poll() is None
+                _, body = _http(f"http://127.0.0.1:{exporter.port}/metrics")
+                counted = [s.value for family in text_string_to_metric_families(body.decode()) for s in family.samples
+                           if s.name == "workloadmap_records_total" and s.labels.get("cluster") == cluster]
+                assert counted == [2.0], "two records read, each once"
+            finally:
+                assert exporter.stop() == 0
+        producer.close()
