@@ -63,7 +63,7 @@ from workloadmap.catalog import records
 
 from .consuming import RawConsumer, ack_batches, current
 from .pipelining import OutputPipeline
-from .processing import MemoryStates, Processor
+from .processing import KIND_WAIT, MemoryStates, Processor
 from .sending import OutputBatches, OutputProducer, OutputTopics, request_rebalance
 
 MAX_BATCH = 1000  # events processed together, at most
@@ -222,7 +222,7 @@ def _kafka_python_security(security: dict) -> dict:
 
 
 def create_app(settings: WorkerSettings, processor: Processor | None = None) -> faust.App:
-    processor = processor or Processor()
+    processor = processor or Processor(kind_wait=KIND_WAIT)
     # faust wants a data directory (for local table stores); this app keeps its state in
     # memory and rebuilds it from the state topic, so a private temporary one does, and
     # no `<app id>-data` directory is left in the working directory

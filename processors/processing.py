@@ -49,10 +49,24 @@ relay is in the raw topic until its offset commits, so a worker killed before
 the resolve finds it again; the waiting workloads survive the same way, as
 their raw events in the state topic (``remembering.WAITING``), so a new
 owner of the partition knows them.
+
+A workload of a kind a cluster defines itself waits the same way for its definition: the watcher
+publishes the WorkloadMap (keyed by its cluster) before the objects of its kind (keyed by their
+namespace), so they usually reach another raw partition, whose worker may process them before
+it learns the definition.  Such a workload is kept (``WaitingWorkloads``, under the
+(cluster, group, kind) it lacks) instead of being dead-lettered unknown-kind at once; the
+definition's event is relayed to every other raw partition like a referenced object, and each
+partition resolves its workloads waiting for a kind it defines in that partition's transaction.
+The wait is bounded: ``kind_wait`` seconds of the partition's event time (``KIND_WAIT`` for a
+worker) and ``MAX_KIND_WAITING`` workloads per partition, the oldest given up first; a workload
+given up is dead-lettered unknown-kind, saying it waited, with its raw bytes and the raw
+partition and offset of its event.  The embedded pipeline waits for none: its one store sees
+every event in feed order, so a definition published first is applied first.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from workloadmap.catalog import Catalog, DefinitionError, ObjectIndex, ResolveError, Resolver, UnknownKindError
@@ -63,10 +77,16 @@ from workloadmap.catalog.attributing import controller_of
 from workloadmap.catalog.validating import load_definition
 
 from .attributing import Attributing, PodStates, Rejected, is_node, is_pod, rv_newer
-from .remembering import NODE, POD, WAITING, WORKLOAD, Forgetting, event_seconds, split_key, state_key
+from .remembering import FORGET_AFTER, NODE, POD, WAITING, WORKLOAD, Forgetting, event_seconds, split_key, state_key
 
 DEFINITION_KINDS = {("workloadmap.io/v1alpha1", "WorkloadMap")}
 _NOTHING = ObjectIndex()   # the lookup of a cluster no referenced object came from yet
+# How long (seconds of the partition's event time) a worker keeps a workload of an unknown kind
+# waiting for its definition: the bound deleted objects are remembered by, as it too must outlast
+# the lag between two partitions' workers (the definition's relay comes when its own partition's
+# worker gets to it) and stay short, each waiting workload being memory and a state message.
+KIND_WAIT = FORGET_AFTER
+MAX_KIND_WAITING = 10_000  # workloads waiting for a definition per raw partition, at most
 
 
 @dataclass
@@ -111,12 +131,18 @@ def related_ident(cluster: str, obj: dict) -> tuple:
 
 class WaitingWorkloads:
     """The workloads of one state store resolved without an object their references name: the latest
-    raw event of each, under every object it lacks, to resolve it again when that object comes."""
+    raw event of each, under every object it lacks, to resolve it again when that object comes.
+
+    A workload of a kind no definition describes waits the same way, under the (cluster, group, kind)
+    of its definition (a 3-tuple: never a related_ident), with since when (event seconds, ``since``)
+    and where its first raw event was (``at``: raw partition and offset, for its dead letter)."""
 
     def __init__(self):
         self.events: dict[str, dict] = {}          # state key -> the workload's latest raw event
         self.lacks: dict[str, tuple] = {}          # state key -> the related_idents it was resolved without
         self.by_object: dict[tuple, dict] = {}     # related_ident -> {state key: None}, in arrival order
+        self.since: dict[str, tuple] = {}          # state key -> (since, raw partition, offset): kind waits only
+        self._oldest: list[tuple[float, str]] = []  # heap of (since, state key) of the kind waits (some stale)
 
     def wait(self, state_key: str, event: dict, lacks: tuple) -> None:
         self.drop(state_key)
@@ -125,10 +151,29 @@ class WaitingWorkloads:
         for ident in lacks:
             self.by_object.setdefault(ident, {})[state_key] = None
 
+    def wait_for_kind(self, state_key: str, event: dict, ident: tuple, since: tuple) -> None:
+        """Keep a workload of a kind no definition describes yet (`ident`: cluster, group, kind) with
+        since when and where it first waited (`since`: event seconds, raw partition, offset)."""
+        self.wait(state_key, event, (ident,))
+        self.since[state_key] = since
+        heapq.heappush(self._oldest, (since[0], state_key))
+
+    def overdue(self, horizon: float | None, at_most: int) -> list[str]:
+        """The kind waits that began at `horizon` or before (None: none by time), then the oldest
+        beyond `at_most`, taken out of the order (the caller drops them)."""
+        heap, due = self._oldest, []
+        while heap and (len(self.since) - len(due) > at_most or (horizon is not None and heap[0][0] <= horizon)):
+            since, key = heapq.heappop(heap)
+            current = self.since.get(key)
+            if current is not None and current[0] == since and key not in due:
+                due.append(key)
+        return due
+
     def drop(self, state_key: str) -> bool:
         """Forget a workload; whether it was waiting."""
         if self.events.pop(state_key, None) is None:
             return False
+        self.since.pop(state_key, None)
         for ident in self.lacks.pop(state_key):
             keys = self.by_object.get(ident)
             if keys is not None:
@@ -144,12 +189,19 @@ class WaitingWorkloads:
     def message(self, key: str) -> tuple[bytes, bytes]:
         """The state topic message that keeps a waiting workload (``recover`` reads it back)."""
         lacks = [list(ident[1:]) for ident in self.lacks[key]]
-        return state_key(WAITING, key), records.encode({"workload": self.events[key], "lacks": lacks})
+        value = {"workload": self.events[key], "lacks": lacks}
+        if key in self.since:
+            value["since"] = list(self.since[key])
+        return state_key(WAITING, key), records.encode(value)
 
     def recover(self, state_key: str, value: dict) -> None:
         """A waiting workload's latest state topic message."""
         event = value["workload"]
-        self.wait(state_key, event, tuple((event["cluster"], *ident) for ident in value["lacks"]))
+        lacks = tuple((event["cluster"], *ident) for ident in value["lacks"])
+        if "since" in value:
+            self.wait_for_kind(state_key, event, lacks[0], tuple(value["since"]))
+        else:
+            self.wait(state_key, event, lacks)
 
 
 class MemoryStates(dict):
@@ -292,8 +344,11 @@ class Processor:
     """Resolves events through per-cluster catalogs: built-ins overridden by the
     cluster's own WorkloadMap definitions (which arrive as raw events too)."""
 
-    def __init__(self, catalog: Catalog | None = None, cache_size: int = 200_000):
+    def __init__(self, catalog: Catalog | None = None, cache_size: int = 200_000, kind_wait: float = 0.0):
+        """`kind_wait`: seconds of event time a workload of an unknown kind waits for its definition
+        (a worker's: KIND_WAIT); 0, dead-lettered at once (the embedded pipeline's)."""
         # the per-generation component cache makes status-only updates cheap
+        self.kind_wait = kind_wait
         self.base = catalog or Catalog.builtin(resolver=Resolver(cache_size=cache_size))
         self._cluster_catalogs: dict[str, Catalog] = {}
         # cluster -> name -> (resourceVersion, Definition, or None once deleted)
@@ -418,14 +473,75 @@ class Processor:
         elif waiting.drop(key):
             out.state.append((state_key(WAITING, key), None))
 
-    def _definition_event(self, event: dict, out: Outputs):
+    def _definition_event(self, key, event: dict, state, out: Outputs):
+        """A cluster's WorkloadMap: applied, published for the other workers (and for this one after a
+        restart, see app.py) and, when workloads may wait for it, relayed to the other raw partitions
+        and the workloads waiting for its kind resolved (see the module docstring); a relayed copy
+        does only the latter."""
         try:
             self.apply_definition(event)
         except DefinitionError as exc:
             raise Rejected(records.INVALID_DEFINITION, str(exc)) from None
-        # for the other workers, and for this one after a restart (see app.py)
-        name = event["object"]["metadata"].get("name") or event["object"]["metadata"]["uid"]
-        out.definitions.append((definition_key(event["cluster"], name), records.encode(event)))
+        cluster, meta = event["cluster"], event["object"]["metadata"]
+        name = meta.get("name") or meta["uid"]
+        if event.get("relayed") is not True:
+            out.definitions.append((definition_key(cluster, name), records.encode(event)))
+            if self.kind_wait and event["type"] != "DELETED":
+                out.relays.append((key, records.encode({**event, "relayed": True})))
+        # the definition now applied under its name (this event's, or a newer one learnt before it)
+        definition = self._cluster_definitions.get(cluster, {}).get(name, (None, None))[1]
+        if definition is None or not state.waiting.since:
+            return
+        for wait_key, workload_event in state.waiting.waiting_for((cluster, definition.gvk.group, definition.gvk.kind)):
+            # its own observedAt: it was in that state then; the definition only says what it is
+            try:
+                self._workload_event(workload_event, state, out)
+            except Rejected as exc:
+                self._give_up(wait_key, state, out, exc.reason, f"resolved with the definition {name}: {exc.detail}")
+
+    def _wait_for_kind(self, event: dict, state, out: Outputs, partition, offset) -> None:
+        """A workload of a kind no definition describes: kept until its definition comes (or its wait
+        ends); a newer event of it replaces the waiting one, keeping since when it waits."""
+        obj = event["object"]
+        wait_key = f"{event['cluster']}/{obj['metadata']['uid']}"
+        waiting = state.waiting
+        waited = waiting.events.get(wait_key)
+        if waited is not None and not rv_newer(obj["metadata"].get("resourceVersion"),
+                                               waited["object"]["metadata"].get("resourceVersion")):
+            return   # a re-delivery, or older than the event waiting
+        since = waiting.since.get(wait_key) or (event_seconds(event["observedAt"]), partition, offset)
+        ident = (event["cluster"], str(obj.get("apiVersion") or "").rpartition("/")[0], obj.get("kind"))
+        waiting.wait_for_kind(wait_key, event, ident, since)
+        out.state.append(waiting.message(wait_key))
+        for over in waiting.overdue(None, MAX_KIND_WAITING):
+            self._give_up(over, state, out, records.UNKNOWN_KIND,
+                          f"{MAX_KIND_WAITING} workloads of this partition waited for a definition of their kind; "
+                          f"the oldest given up")
+
+    def _give_up_waiting(self, observed: str, state, out: Outputs) -> None:
+        """Dead-letter the workloads that waited `kind_wait` seconds of event time for their kind."""
+        for wait_key in state.waiting.overdue(event_seconds(observed) - self.kind_wait, MAX_KIND_WAITING):
+            self._give_up(wait_key, state, out, records.UNKNOWN_KIND,
+                          f"waited {self.kind_wait:g} s of event time for a definition of its kind")
+
+    def _give_up(self, wait_key: str, state, out: Outputs, reason: str, why: str) -> None:
+        """A workload waiting for its kind's definition, dead-lettered (its raw event's bytes, partition
+        and offset) and forgotten."""
+        waiting = state.waiting
+        event = waiting.events[wait_key]
+        _, partition, offset = waiting.since[wait_key]
+        detail = why
+        if reason == records.UNKNOWN_KIND:
+            try:
+                self.catalog_for(event["cluster"]).definition_for(event["object"])
+            except UnknownKindError as exc:
+                detail = f"{exc}; {why}"
+        letter = DeadLetter("processor", reason, detail[:2000], records.encode(event),
+                            key=records.raw_key(event["cluster"], event["object"]), topic=records.RAW_TOPIC,
+                            partition=partition, offset=offset)
+        out.dead_letters.append((letter.key, records.encode(letter.to_dict())))
+        waiting.drop(wait_key)
+        out.state.append((state_key(WAITING, wait_key), None))
 
     # -- events -----------------------------------------------------------------
     def process(self, key: bytes | None, value: bytes, state, *, topic: str = records.RAW_TOPIC,
@@ -463,12 +579,15 @@ class Processor:
         return by_partition
 
     def _process_into(self, out: Outputs, key, value, state, topic, partition, offset) -> None:
+        event = None
         try:
             event = _parse(value)
             state.expire(event["observedAt"], out)
+            if state.waiting.since:
+                self._give_up_waiting(event["observedAt"], state, out)
             obj = event["object"]
             if (obj.get("apiVersion"), obj.get("kind")) in DEFINITION_KINDS:
-                self._definition_event(event, out)
+                self._definition_event(key, event, state, out)
                 return
             if self.is_related(event):
                 self._related_event(key, event, out, state)
@@ -491,6 +610,9 @@ class Processor:
             else:
                 self._part_of_another(event, state, out)
         except Rejected as exc:
+            if exc.reason == records.UNKNOWN_KIND and self.kind_wait and event and event["type"] != "DELETED":
+                self._wait_for_kind(event, state, out, partition, offset)
+                return
             letter = DeadLetter("processor", exc.reason, exc.detail[:2000], value, key=key, topic=topic,
                                 partition=partition, offset=offset)
             out.dead_letters.append((key, records.encode(letter.to_dict())))
@@ -510,6 +632,9 @@ class Processor:
         uid = meta["uid"]
         key = records.record_key(cluster, uid)
         state_key = key.decode()
+        if event["type"] == "DELETED" and state_key in state.waiting.since:   # its wait for its kind ends
+            state.waiting.drop(state_key)
+            out.state.append(((WAITING + state_key).encode(), None))
         previous = state.get(state_key)
         rv = meta.get("resourceVersion")
         rv = None if rv is None else str(rv)

@@ -6,11 +6,14 @@ import base64
 import copy
 import json
 
+from datetime import timedelta
+
 import pytest
 import yaml
 
 from workloadmap.catalog import records
-from workloadmap.processors.processing import MemoryStates, Processor, transition_of
+from workloadmap.processors import processing
+from workloadmap.processors.processing import KIND_WAIT, MemoryStates, Processor, transition_of
 
 from tests.conftest import example_objects
 
@@ -345,3 +348,121 @@ def test_a_relayed_event_of_an_object_no_reference_names_is_dead_lettered(proces
     assert out.records == []
     (letter,) = [json.loads(v) for _, v in out.dead_letters]
     assert letter["reason"] == records.WRONG_TYPES and "TrainJob is not one" in letter["detail"]
+
+
+# -- a workload of a kind its cluster defines, arriving before the definition ------------------
+
+T1 = "2026-11-01T00:00:03.000Z"
+
+
+def _after(seconds):
+    """T0 and `seconds`, as the watchers write an observedAt."""
+    return (records.parse_time(T0) + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _widget_definition(rv="1"):
+    """A cluster's own kind (example.com/v1 BatchWidget) described as the built-in Job is."""
+    doc = yaml.safe_load(open("catalog/builtin/job.yaml"))
+    doc["metadata"] = {"name": "batch-widget", "uid": "def-widget", "resourceVersion": rv}
+    doc["spec"]["structureDefinition"]["rootComponent"]["kind"] = {"group": "example.com", "version": "v1",
+                                                                    "kind": "BatchWidget"}
+    return doc
+
+
+def _widget(rv="5"):
+    obj = copy.deepcopy(next(iter(example_objects("job").values())))
+    obj["apiVersion"], obj["kind"] = "example.com/v1", "BatchWidget"
+    obj["metadata"].update(uid="widget-uid", resourceVersion=rv)
+    return obj
+
+
+@pytest.fixture
+def worker():
+    """A processor as the faust worker makes it: unknown kinds wait for their definition."""
+    return Processor(kind_wait=KIND_WAIT)
+
+
+def test_a_workload_of_an_unknown_kind_waits_and_resolves_at_the_relayed_definition(worker):
+    """The worker's race: the BatchWidget reaches its partition's store before the WorkloadMap that
+    defines it is processed on another store. It waits (no record, no dead letter), the definition's
+    event is published and relayed, and the relayed copy resolves it on its store with its own
+    observedAt (T0: it was in that state then; the definition came at T1)."""
+    widgets, definitions = MemoryStates(), MemoryStates()
+    first = worker.process(b"prod/default", event(_widget(), "ADDED", at=T0), widgets, partition=1, offset=7)
+    assert first.records == [] and first.dead_letters == []
+    assert list(widgets.waiting.events) == ["prod/widget-uid"]
+    out = worker.process(b"prod", event(_widget_definition(), "ADDED", at=T1), definitions)
+    assert out.records == [] and out.dead_letters == [] and len(out.definitions) == 1
+    ((key, relay),) = out.relays
+    assert key == b"prod" and json.loads(relay)["relayed"] is True
+    again = worker.process(key, relay, widgets)
+    (record,) = decoded(again.records)
+    assert (record["kind"], record["definition"], record["origin"]) == ("BatchWidget", "batch-widget", "cluster")
+    assert record["observedAt"] == T0 and record["statusSince"] == T0 and record["eventType"] == "ADDED"
+    assert again.definitions == [] and again.relays == [] and again.dead_letters == []
+    assert (b"waiting:prod/widget-uid", None) in again.state and widgets.waiting.events == {}
+    assert worker.process(key, relay, widgets).records == []   # a second copy: nothing new
+
+
+def test_a_newer_event_replaces_the_waiting_one_and_a_deletion_drops_it(worker):
+    state = MemoryStates()
+    worker.process(None, event(_widget("5"), "ADDED"), state)
+    worker.process(None, event(_widget("6"), at=T1), state)
+    worker.process(None, event(_widget("5"), "ADDED"), state)   # a re-delivery of the older one
+    assert state.waiting.events["prod/widget-uid"]["object"]["metadata"]["resourceVersion"] == "6"
+    out = worker.process(None, event(_widget("7"), "DELETED", at=T1), state)
+    assert out.records == [] and out.dead_letters == [] and (b"waiting:prod/widget-uid", None) in out.state
+    assert state.waiting.events == {} and state.waiting.since == {}
+
+
+def test_a_wait_for_a_kind_survives_a_state_recovery(worker):
+    """A new owner of the partition rebuilds the wait from the state topic (since when and where the
+    raw event was, for its dead letter) and resolves it at the relay."""
+    state = MemoryStates()
+    first = worker.process(b"prod/default", event(_widget(), "ADDED"), state, partition=1, offset=7)
+    ((key, value),) = [(k, v) for k, v in first.state if k.startswith(b"waiting:")]
+    assert key == b"waiting:prod/widget-uid"
+    assert json.loads(value)["lacks"] == [["example.com", "BatchWidget"]]
+    recovered = MemoryStates.from_state(first.state)
+    assert recovered.waiting.since == state.waiting.since
+    fresh = Processor(kind_wait=KIND_WAIT)
+    relay = fresh.process(b"prod", event(_widget_definition(), "ADDED", at=T1), MemoryStates()).relays[0][1]
+    (record,) = decoded(fresh.process(b"prod", relay, recovered).records)
+    assert record["definition"] == "batch-widget" and record["observedAt"] == T0
+
+
+def test_a_workload_waiting_too_long_for_its_kind_is_dead_lettered_saying_so(worker):
+    """KIND_WAIT seconds of the partition's event time after its event, the next event of the partition
+    gives it up: an unknown-kind dead letter with its raw bytes, raw partition and offset."""
+    state = MemoryStates()
+    raw = event(_widget(), "ADDED", at=T0)
+    worker.process(b"prod/default", raw, state, partition=1, offset=7)
+    just_before = _after(KIND_WAIT - 1)
+    assert worker.process(None, event(_jobset(), "ADDED", at=just_before), state).dead_letters == []
+    at_bound = _after(KIND_WAIT)
+    out = worker.process(None, event(_jobset("101"), at=at_bound), state)
+    (letter,) = decoded(out.dead_letters)
+    assert letter["reason"] == records.UNKNOWN_KIND and (letter["partition"], letter["offset"]) == (1, 7)
+    assert "no definition for kind 'BatchWidget'" in letter["detail"]
+    assert f"waited {KIND_WAIT:g} s of event time" in letter["detail"]
+    assert json.loads(base64.b64decode(letter["valueBase64"])) == json.loads(raw)
+    assert (b"waiting:prod/widget-uid", None) in out.state and state.waiting.events == {}
+    assert len(decoded(out.records)) == 1   # the event in hand is processed as ever
+
+
+def test_the_waits_for_kinds_of_a_partition_are_bounded_in_count(worker, monkeypatch):
+    monkeypatch.setattr(processing, "MAX_KIND_WAITING", 2)
+    state = MemoryStates()
+    for i, at in enumerate((T0, T1, "2026-11-01T00:00:04.000Z")):
+        widget = _widget()
+        widget["metadata"]["uid"] = f"w{i}"
+        out = worker.process(None, event(widget, "ADDED", at=at), state, partition=0, offset=i)
+    (letter,) = decoded(out.dead_letters)
+    assert letter["offset"] == 0 and "2 workloads of this partition waited" in letter["detail"]
+    assert sorted(state.waiting.events) == ["prod/w1", "prod/w2"]
+
+
+def test_the_embedded_processor_dead_letters_an_unknown_kind_at_once(processor):
+    """One store in feed order: a definition published first is applied first, nothing to wait for."""
+    out = processor.process(None, event(_widget(), "ADDED"), MemoryStates())
+    assert [d["reason"] for d in decoded(out.dead_letters)] == [records.UNKNOWN_KIND]
