@@ -154,9 +154,11 @@ class WaitingWorkloads:
     def wait_for_kind(self, state_key: str, event: dict, ident: tuple, since: tuple) -> None:
         """Keep a workload of a kind no definition describes yet (`ident`: cluster, group, kind) with
         since when and where it first waited (`since`: event seconds, raw partition, offset)."""
+        known = self.since.get(state_key)
         self.wait(state_key, event, (ident,))
         self.since[state_key] = since
-        heapq.heappush(self._oldest, (since[0], state_key))
+        if known != since:   # a newer event keeps its place in the order
+            heapq.heappush(self._oldest, (since[0], state_key))
 
     def overdue(self, horizon: float | None, at_most: int) -> list[str]:
         """The kind waits that began at `horizon` or before (None: none by time), then the oldest
