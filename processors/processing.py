@@ -134,8 +134,8 @@ class WaitingWorkloads:
     raw event of each, under every object it lacks, to resolve it again when that object comes.
 
     A workload of a kind no definition describes waits the same way, under the (cluster, group, kind)
-    of its definition (a 3-tuple: never a related_ident), with since when (event seconds, ``since``)
-    and where its first raw event was (``at``: raw partition and offset, for its dead letter)."""
+    of its definition (a 3-tuple: never a related_ident), with since when it waits and where its
+    latest raw event is (``since``: event seconds, raw partition and offset, for its dead letter)."""
 
     def __init__(self):
         self.events: dict[str, dict] = {}          # state key -> the workload's latest raw event
@@ -153,11 +153,11 @@ class WaitingWorkloads:
 
     def wait_for_kind(self, state_key: str, event: dict, ident: tuple, since: tuple) -> None:
         """Keep a workload of a kind no definition describes yet (`ident`: cluster, group, kind) with
-        since when and where it first waited (`since`: event seconds, raw partition, offset)."""
+        since when it waits and where its event is (`since`: event seconds, raw partition, offset)."""
         known = self.since.get(state_key)
         self.wait(state_key, event, (ident,))
         self.since[state_key] = since
-        if known != since:   # a newer event keeps its place in the order
+        if known is None or known[0] != since[0]:   # a newer event keeps its place in the order
             heapq.heappush(self._oldest, (since[0], state_key))
 
     def overdue(self, horizon: float | None, at_most: int) -> list[str]:
@@ -503,7 +503,7 @@ class Processor:
 
     def _wait_for_kind(self, event: dict, state, out: Outputs, partition, offset) -> None:
         """A workload of a kind no definition describes: kept until its definition comes (or its wait
-        ends); a newer event of it replaces the waiting one, keeping since when it waits."""
+        ends); a newer event of it replaces the waiting one."""
         obj = event["object"]
         wait_key = f"{event['cluster']}/{obj['metadata']['uid']}"
         waiting = state.waiting
@@ -511,7 +511,10 @@ class Processor:
         if waited is not None and not rv_newer(obj["metadata"].get("resourceVersion"),
                                                waited["object"]["metadata"].get("resourceVersion")):
             return   # a re-delivery, or older than the event waiting
-        since = waiting.since.get(wait_key) or (event_seconds(event["observedAt"]), partition, offset)
+        known = waiting.since.get(wait_key)
+        # a newer event waits since the first did: the bound is on the wait, not on each event; the
+        # event it replaces gets nothing (the warehouse keeps states, the newer one is its state)
+        since = (known[0] if known else event_seconds(event["observedAt"]), partition, offset)
         ident = (event["cluster"], str(obj.get("apiVersion") or "").rpartition("/")[0], obj.get("kind"))
         waiting.wait_for_kind(wait_key, event, ident, since)
         out.state.append(waiting.message(wait_key))

@@ -406,10 +406,12 @@ def test_a_workload_of_an_unknown_kind_waits_and_resolves_at_the_relayed_definit
 
 def test_a_newer_event_replaces_the_waiting_one_and_a_deletion_drops_it(worker):
     state = MemoryStates()
-    worker.process(None, event(_widget("5"), "ADDED"), state)
-    worker.process(None, event(_widget("6"), at=T1), state)
-    worker.process(None, event(_widget("5"), "ADDED"), state)   # a re-delivery of the older one
+    worker.process(None, event(_widget("5"), "ADDED"), state, partition=1, offset=7)
+    worker.process(None, event(_widget("6"), at=T1), state, partition=1, offset=8)
+    worker.process(None, event(_widget("5"), "ADDED"), state, partition=1, offset=9)   # a re-delivery
     assert state.waiting.events["prod/widget-uid"]["object"]["metadata"]["resourceVersion"] == "6"
+    # waiting since the first event (T0), its dead letter would carry the newer one's bytes and offset
+    assert state.waiting.since["prod/widget-uid"] == (records.parse_time(T0).timestamp(), 1, 8)
     out = worker.process(None, event(_widget("7"), "DELETED", at=T1), state)
     assert out.records == [] and out.dead_letters == [] and (b"waiting:prod/widget-uid", None) in out.state
     assert state.waiting.events == {} and state.waiting.since == {}
