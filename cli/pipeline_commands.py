@@ -81,6 +81,9 @@ def run_exporter(listen, pod_series, **options):
 @click.option("--pricing", "pricing", default=None, type=click.Path(dir_okay=False),
               help="Pricing file (as `cost --pricing`; or WORKLOADMAP_PRICING): the writer keeps the finished days' "
                    "cost rows by workload priced with it, so daily reports by workload with it read them.")
+@click.option("--memory-limit", "duckdb_memory_limit", default=None, metavar="SIZE",
+              help="Bound DuckDB's memory in the writer (2GB, 512MiB; or WORKLOADMAP_DUCKDB_MEMORY_LIMIT). "
+                   "Default: DuckDB's, 80% of the machine's memory, which its cache of the file grows toward.")
 @metrics_option
 @click.option("--serve", "serve", default=None, metavar="[HOST]:PORT",
               help="Also answer read-only JSON queries here (capacity, cost, a workload, the transitions as "
@@ -91,8 +94,9 @@ def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
     """Write workload records and transitions into the DuckDB warehouse (the single writer)."""
     from workloadmap import running
     from workloadmap.warehouse.pricing import PricingError
+    from workloadmap.warehouse.writing import MemoryLimitError
 
-    try:  # the pricing file is read first, before Kafka
+    try:  # the pricing file and the memory limit are read first, before Kafka
         totals = serving(lambda: running.run_warehouse(
             from_options(options), snapshot_path=snapshot_path, snapshot_every=snapshot_every, metrics=metrics,
             serve=serve, started=lambda server: click.echo(
@@ -100,6 +104,8 @@ def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
                 err=True)))
     except PricingError as exc:
         raise click.BadParameter(str(exc), param_hint="--pricing") from None
+    except MemoryLimitError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory-limit") from None
     click.echo(f"warehouse writer stopped: {totals.inserted} records, {totals.transitions_inserted} transitions "
                f"written; {totals.duplicates} duplicates dropped", err=True)
 

@@ -204,6 +204,7 @@ class KafkaWarehouseWriter:
     (``security_protocol``, ``sasl_mechanism``, ``sasl_plain_username``,
     ``ssl_cafile``, ...), passed to the consumer and the dead-letter producer.
     `pricing`: what the Warehouse keeps the daily cost rows with (rolling.keep_costs).
+    `memory_limit`: DuckDB's memory bound in the writer (Warehouse; None: DuckDB's default).
     """
 
     def __init__(self, bootstrap_servers, path, topics=(WORKLOADS_TOPIC, TRANSITIONS_TOPIC, PODS_TOPIC, NODES_TOPIC), *,
@@ -213,7 +214,8 @@ class KafkaWarehouseWriter:
                  transitions_topic: str = TRANSITIONS_TOPIC, pods_topic: str = PODS_TOPIC,
                  nodes_topic: str = NODES_TOPIC,
                  snapshot_path: str | os.PathLike | None = None, snapshot_every_s: float = 60.0,
-                 on_batch=None, pricing: Pricing | None = None, between_batches=None):
+                 on_batch=None, pricing: Pricing | None = None, between_batches=None,
+                 memory_limit: str | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.topics = tuple(topics)
         self.group_id = group_id
@@ -230,7 +232,7 @@ class KafkaWarehouseWriter:
         self.on_batch = on_batch  # called with (WriteResult, message count) after each commit
         # called with the Warehouse after each poll, committed or idle (answering.ReadServer.answer)
         self.between_batches = between_batches
-        self.warehouse = Warehouse(path, consumer=group_id, pricing=pricing)
+        self.warehouse = Warehouse(path, consumer=group_id, pricing=pricing, memory_limit=memory_limit)
         # One DuckDB thread: a batch is a dozen small statements, and spread over threads they
         # cost more CPU and wait for cores the processors and the broker also want.
         self.warehouse.conn.execute(f"SET threads = {WRITER_THREADS}")

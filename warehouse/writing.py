@@ -261,15 +261,44 @@ def _unavailable(path: Path, exc: Exception) -> str:
         return f"{path} is not a workloadmap warehouse this DuckDB can open (damaged, or another kind of file): {text}"
     return f"{path}: {text}"
 
+class MemoryLimitError(ValueError):
+    """A memory limit DuckDB does not take (not a size)."""
+
+
+def limit_memory(conn, memory_limit: str) -> None:
+    """Bound DuckDB's memory on `conn`'s database (``memory_limit``, e.g. ``2GB``); MemoryLimitError
+    naming the value when it is not a size.
+
+    Why: DuckDB keeps the blocks a process read or wrote in its buffer pool up to its memory_limit,
+    80% of the machine's memory by default, and the writer touches new blocks of the history with
+    every batch, so a long-running writer's memory grows with the file toward that default
+    (bench/writer_bench.py --minutes).  Under the limit DuckDB evicts them (written blocks are in
+    the file; what a query needs beyond it spills to a temporary file)."""
+    try:
+        conn.execute("SET memory_limit = ?", [str(memory_limit)])
+    except duckdb.Error as exc:
+        raise MemoryLimitError(f"memory limit {memory_limit!r} is not a size DuckDB takes (e.g. 2GB, 512MiB): "
+                               f"{str(exc).splitlines()[0]}") from None
+
+
+def check_memory_limit(memory_limit: str | None) -> None:
+    """MemoryLimitError now, before a service connects to anything, for a limit Warehouse would refuse."""
+    if memory_limit:
+        with duckdb.connect() as conn:
+            limit_memory(conn, memory_limit)
+
+
 class Warehouse:
     """The DuckDB history, opened read-write and migrated to the latest schema.
 
     One instance per file and process (DuckDB's rule).  ``write`` is the only
     mutation; queries from the same process go through ``cursor()``; other
-    processes read a ``snapshot``.
+    processes read a ``snapshot``.  `memory_limit` bounds DuckDB's memory
+    (``limit_memory``); None keeps DuckDB's default.
     """
 
-    def __init__(self, path: str | os.PathLike, *, consumer: str = DEFAULT_CONSUMER, pricing: Pricing | None = None):
+    def __init__(self, path: str | os.PathLike, *, consumer: str = DEFAULT_CONSUMER, pricing: Pricing | None = None,
+                 memory_limit: str | None = None):
         self.path = Path(path)
         self.consumer = consumer
         self.pricing = pricing  # what the kept daily cost rows are priced with (rolling.keep_costs)
@@ -283,6 +312,12 @@ class Warehouse:
             self.conn.close()
             raise WarehouseUnavailable(_unavailable(self.path, exc)) from None
         self.conn.execute(f"USE {CATALOG}")
+        if memory_limit:
+            try:
+                limit_memory(self.conn, memory_limit)
+            except MemoryLimitError:
+                self.conn.close()
+                raise
         # Checkpoints are the writer's (``_checkpoint``, after a batch), not DuckDB's automatic
         # one inside a commit, and without its vacuum (see ``_checkpoint``).
         self.conn.execute(f"SET wal_autocheckpoint = '{WAL_AUTOCHECKPOINT}'")

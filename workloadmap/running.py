@@ -32,7 +32,7 @@ from workloadmap.ingest.watching import Watching, WatchingFailed
 from workloadmap.warehouse.answering import ReadServer
 from workloadmap.warehouse.consuming import KafkaWarehouseWriter
 from workloadmap.warehouse.pricing import Pricing, load_pricing
-from workloadmap.warehouse.writing import Warehouse, WriteResult
+from workloadmap.warehouse.writing import Warehouse, WriteResult, check_memory_limit
 
 from .embedding import EmbeddedPipeline
 from .settings import BrokerUnavailable, Settings, wait_for_broker
@@ -303,6 +303,7 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     `started` is told the server once it listens.
     """
     pricing = pricing_of(settings)
+    check_memory_limit(settings.duckdb_memory_limit)
     token = settings.read_token()  # an unreadable token file fails before anything starts
     ensure_topics(settings, wait=settings.broker_wait)
     quiet_kafka_logs()
@@ -313,7 +314,7 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
         reads = ReadServer(parse_address(serve), token=token)
         started(reads)
     writer = KafkaWarehouseWriter(
-        settings.bootstrap_servers, settings.duckdb, pricing=pricing,
+        settings.bootstrap_servers, settings.duckdb, pricing=pricing, memory_limit=settings.duckdb_memory_limit,
         topics=(settings.workloads_topic, settings.transitions_topic, settings.pods_topic, settings.nodes_topic),
         group_id=f"{settings.client_id}-warehouse", client_id=f"{settings.client_id}-warehouse",
         security=settings.security(), deadletter_topic=settings.deadletter_topic,
@@ -363,7 +364,7 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
     stop = stop or stop_on_signals()
     tracker = Tracker(pod_series=pod_series, health=Health(consumer="embedded")) if metrics else None
     if embedded:
-        warehouse = Warehouse(settings.duckdb, pricing=pricing_of(settings))
+        warehouse = Warehouse(settings.duckdb, pricing=pricing_of(settings), memory_limit=settings.duckdb_memory_limit)
         publisher = EmbeddedPipeline(warehouse, batch=1000, tracker=tracker)
         target = f"the embedded pipeline into {settings.duckdb}"
     else:

@@ -42,6 +42,7 @@ class Settings:
     state_topic: str = records.STATE_TOPIC      # the processors' state (compacted, internal)
     duckdb: str = DEFAULT_DUCKDB
     pricing: str | None = None                # pricing file the warehouse writer keeps the daily cost rows with
+    duckdb_memory_limit: str | None = None    # DuckDB's memory bound in the warehouse writer (2GB ...; None: 80% of RAM)
     client_id: str = "workloadmap"
     partitions: int = 3
     broker_wait: float = 120.0                # seconds a service waits for the broker at its start (0: fail at once)

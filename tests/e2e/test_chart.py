@@ -187,6 +187,20 @@ def test_many_clusters_render_a_central_release_and_a_watcher_release_per_cluste
     assert {v["name"]: v for v in warehouse["volumes"]}["serve-token"]["secret"]["secretName"] == "workloadmap-reads"
 
 
+def test_the_writer_s_duckdb_memory_is_bounded_under_its_container_s_limit_unless_told_otherwise(helm_binary):
+    """values.yaml: warehouse.duckdbMemoryLimit 2GB, under limits.memory 4Gi (DuckDB's default is 80% of
+    the node's memory, not the container's); "" leaves DuckDB's default."""
+    def writer(*sets):
+        (container,) = pod_specs(render("wm", "observability", "single-cluster.yaml", sets=sets))[
+            "wm-workloadmap-warehouse"]["containers"]
+        return container
+    container = writer()
+    args = container["args"]
+    assert args[args.index("--memory-limit") + 1] == "2GB" and container["resources"]["limits"]["memory"] == "4Gi"
+    assert writer("warehouse.duckdbMemoryLimit=768MiB")["args"][args.index("--memory-limit") + 1] == "768MiB"
+    assert "--memory-limit" not in writer("warehouse.duckdbMemoryLimit=")["args"]
+
+
 def test_a_missing_bootstrap_server_or_cluster_id_is_refused_by_name(helm_binary):
     with pytest.raises(HelmError, match="kafka.bootstrapServers is required"):
         helm("template", "wm", str(CHART), "--set", "watchers.clusterId=a")
@@ -197,7 +211,8 @@ def test_a_missing_bootstrap_server_or_cluster_id_is_refused_by_name(helm_binary
     for setting, named in (("processors.workers=-1", "/processors/workers"),
                            ("kafka.securityProtocol=TLS", "/kafka/securityProtocol"),
                            ("kafka.bootstrapServers=kafka", "/kafka/bootstrapServers"),
-                           ("exporter.podSeries=maybe", "/exporter/podSeries")):
+                           ("exporter.podSeries=maybe", "/exporter/podSeries"),
+                           ("warehouse.duckdbMemoryLimit=lots", "/warehouse/duckdbMemoryLimit")):
         with pytest.raises(HelmError, match=named):
             helm("template", "wm", str(CHART), *single, "--set", setting)
     helm("template", "wm", str(CHART), *single, "--set", "kafka.bootstrapServers=[::1]:9092\\,k2:9093")

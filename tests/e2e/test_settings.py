@@ -54,3 +54,15 @@ def test_the_writer_s_pricing_file_is_the_cost_command_s(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKLOADMAP_PRICING")
     result = CliRunner().invoke(cli, ["run", "warehouse", "--pricing", str(bad), "--bootstrap-servers", "127.0.0.1:1"])
     assert result.exit_code == 2 and "Invalid value for --pricing" in result.output and "bad.yaml" in result.output
+
+
+def test_the_writer_s_memory_limit_is_a_setting_and_a_bad_one_stops_it_before_kafka(monkeypatch):
+    """WORKLOADMAP_DUCKDB_MEMORY_LIMIT or `run warehouse --memory-limit`: DuckDB's bound in the writer
+    (warehouse/writing.py limit_memory); one that is not a size is a usage error naming it, before the
+    broker is asked for (none answers at 127.0.0.1:1)."""
+    assert load(None).duckdb_memory_limit is None   # DuckDB's default
+    monkeypatch.setenv("WORKLOADMAP_DUCKDB_MEMORY_LIMIT", "2GB")
+    assert load(None).duckdb_memory_limit == "2GB"
+    assert load(None, {"duckdb_memory_limit": "512MiB"}).duckdb_memory_limit == "512MiB"
+    result = CliRunner().invoke(cli, ["run", "warehouse", "--memory-limit", "lots", "--bootstrap-servers", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "Invalid value for --memory-limit" in result.output and "'lots'" in result.output
