@@ -201,6 +201,25 @@ def test_the_writer_s_duckdb_memory_is_bounded_under_its_container_s_limit_unles
     assert "--memory-limit" not in writer("warehouse.duckdbMemoryLimit=")["args"]
 
 
+def test_broker_wait_reaches_every_component_and_the_startup_probe_allows_it(helm_binary):
+    """kafka.brokerWait is the services' broker_wait (settings.py): a service started while its broker
+    restarts waits that long, serving no probe yet; the startup probe (every 5 s) allows the wait and a
+    minute more, so the liveness probe does not restart it meanwhile: 120 s -> 24 + 12 = 36 probes;
+    300 s -> 60 + 12 = 72."""
+    for wait, probes in (("", 36), ("300", 72)):
+        sets = (f"kafka.brokerWait={wait}",) if wait else ()
+        for name, spec in pod_specs(render("wm", "observability", "single-cluster.yaml", sets=sets)).items():
+            (container,) = spec["containers"]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["WORKLOADMAP_BROKER_WAIT"] == (wait or "120"), name
+            if name != "wm-workloadmap-processors":   # faust's web server is off: no probes
+                startup = container["startupProbe"]
+                assert startup["periodSeconds"] == 5 and startup["failureThreshold"] == probes, name
+                assert startup["httpGet"] == container["livenessProbe"]["httpGet"], name
+    with pytest.raises(HelmError, match="/kafka/brokerWait"):
+        helm("template", "wm", str(CHART), "-f", str(EXAMPLES / "single-cluster.yaml"), "--set", "kafka.brokerWait=-1")
+
+
 def test_a_missing_bootstrap_server_or_cluster_id_is_refused_by_name(helm_binary):
     with pytest.raises(HelmError, match="kafka.bootstrapServers is required"):
         helm("template", "wm", str(CHART), "--set", "watchers.clusterId=a")

@@ -38,6 +38,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ $k.clientId | quote }}
 - name: WORKLOADMAP_PARTITIONS
   value: {{ $k.partitions | quote }}
+- name: WORKLOADMAP_BROKER_WAIT
+  value: {{ $k.brokerWait | quote }}
 - name: WORKLOADMAP_SECURITY_PROTOCOL
   value: {{ $k.securityProtocol | quote }}
 {{- with $k.sasl.mechanism }}
@@ -117,13 +119,23 @@ affinity:
 {{- end -}}
 
 {{/* HTTP probes on /healthz (liveness) and /readyz (readiness) of a named port */}}
+{{/*
+Probes on a component's HTTP port (.port).  A component serves them once its broker answered, and
+waits for it up to kafka.brokerWait seconds at its start (.wait): the startup probe gives it that
+long and a minute more before the liveness probe may restart it, so a pod started while the
+broker restarts rides it out instead of being restarted in a loop.
+*/}}
 {{- define "workloadmap.probes" -}}
+startupProbe:
+  httpGet: {path: /healthz, port: {{ .port }}}
+  periodSeconds: 5
+  failureThreshold: {{ add 12 (div (ceil .wait | int) 5) }}
 livenessProbe:
-  httpGet: {path: /healthz, port: {{ . }}}
+  httpGet: {path: /healthz, port: {{ .port }}}
   periodSeconds: 10
   failureThreshold: 6
 readinessProbe:
-  httpGet: {path: /readyz, port: {{ . }}}
+  httpGet: {path: /readyz, port: {{ .port }}}
   periodSeconds: 5
   failureThreshold: 3
 {{- end -}}
