@@ -157,6 +157,10 @@ class Resolver:
         for key in self._keys.pop(uid, ()):
             self._cache.pop(key, None)
 
+    def cached_uids(self) -> set[str]:
+        """The uids of the objects whose trees are cached."""
+        return set(self._keys)
+
     def _cache_key(self, definition: Definition, obj: dict, meta: dict, related: tuple | None = ()):
         if not self.cache_size or related is None:
             return None

@@ -51,6 +51,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import gc
+import logging
 import time
 import ssl
 import tempfile
@@ -69,6 +73,8 @@ from .sending import OutputBatches, OutputProducer, OutputTopics, request_rebala
 MAX_BATCH = 1000  # events processed together, at most
 MAX_UNSENT = 4 * MAX_BATCH   # events processed while a send waits, at most (pipelining.py)
 LOST_REBALANCE_AGAIN = 30.0  # seconds a lost transaction's partition waits for its rebalance before asking again
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,9 +128,17 @@ class PartitionStates:
             states = self.by_partition[partition] = MemoryStates()
         return states
 
-    def forget(self, partitions) -> None:
-        for p in partitions:
-            self.by_partition.pop(p, None)
+    def forget(self, partitions) -> list[MemoryStates]:
+        """Drop these partitions' stores; the stores dropped."""
+        return [store for store in (self.by_partition.pop(p, None) for p in partitions) if store is not None]
+
+    def held(self) -> dict[int, int]:
+        """Raw partition -> the entries its store holds (MemoryStates.objects)."""
+        return {p: store.objects() for p, store in sorted(self.by_partition.items())}
+
+    def uids(self) -> set[str]:
+        """The uids of the objects of every store held (MemoryStates.uids)."""
+        return set().union(*(store.uids() for store in self.by_partition.values()))
 
     def recover(self, partitions) -> None:
         """Read these partitions of the state topic, committed messages only, the latest message of
@@ -163,6 +177,34 @@ class PartitionStates:
         for p, kept in latest.items():
             self.by_partition[p] = MemoryStates.from_state(kept.items())
         self.recovered.update(read)
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):   # not glibc (musl, macOS): nothing to trim with
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def give_memory_back() -> None:
+    """Collect the garbage, then hand the C heap's free pages back to the operating system.
+
+    Why, after a rebalance: the partitions a worker gives up free their stores and the
+    resolver's trees of their objects, and a recovery frees what it read (every state message
+    of a partition, as bytes and decoded) once the store is built; those are millions of small
+    objects.  CPython frees them into its own arenas and into glibc's heap, and neither goes
+    back to the OS while anything small lives above it, so a worker that once took over a
+    killed peer's partitions kept that RSS after giving them back.  ``malloc_trim(0)`` releases
+    every whole free page of glibc's heaps (a no-op elsewhere).  Why not per batch: a
+    collection walks every tracked object (the state is millions of them; the worker collects
+    rarely on purpose: running.collect_garbage_rarely), and trimming returns pages the next
+    batches take again; the live set changes size only when the partitions change."""
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 class ClusterDefinitions:
@@ -301,15 +343,29 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
 
     @app.on_partitions_assigned.connect
     async def recover_states(app, assigned, **kwargs):
+        # What a worker holds for a raw partition is released here, when the assignment no longer
+        # has it, not in faust's on_partitions_revoked: aiokafka's rebalances are eager, so a
+        # revocation takes back every partition, the ones that stay included, and only the
+        # assignment after it says which are gone.  Until then nothing processes (the flow is
+        # suspended), and the agent waits for `ready` after it.
         ready.clear()
         mine = {tp.partition for tp in assigned if tp.topic == settings.raw_topic}
         # a partition whose transaction was lost has a state ahead of its commits (sending.py): rebuilt too
         lost = app.producer.take_lost() if settings.exactly_once else set()
-        states.forget((set(states.by_partition) - mine) | lost)
+        gone = (set(states.by_partition) - mine) | lost
+        for store in states.forget(gone):
+            processor.forget_objects(store.uids())   # their trees: only this partition's events used them
         fresh = sorted(mine - set(states.by_partition))
         if fresh:
             await asyncio.get_running_loop().run_in_executor(None, states.recover, fresh)
         await read_definitions()
+        if gone or fresh:
+            give_memory_back()   # once per rebalance that changed what this worker holds
+            held, cached = states.held(), processor.cached_uids()
+            log.warning("raw partitions %s held: %s entries (%s); objects with component trees: %s, "
+                        "of other partitions: %s", sorted(held), sum(held.values()),
+                        ", ".join(f"{p}: {n}" for p, n in held.items()) or "none", len(cached),
+                        len(cached - states.uids()))
         ready.set()
 
     @app.agent(raw)

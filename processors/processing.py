@@ -254,6 +254,22 @@ class MemoryStates(dict):
             del table[key]
             out.state.append((state_key(prefix, key), None))
 
+    # -- what a worker holds (app.py) ---------------------------------------------------
+    def objects(self) -> int:
+        """The entries held: one per state topic key the partition keeps (its tombstoned keys none)."""
+        pods = self.pods
+        return (len(self) + len(self.waiting.events) + len(pods.pods) + len(pods.nodes) + len(pods.owners)
+                + len(pods.waiting))
+
+    def uids(self) -> set[str]:
+        """The uids of the objects a resolver may hold component trees of for this store: its workloads
+        (deleted ones still remembered included), the workloads waiting, and the owners pods point at."""
+        uids = set()
+        for table in (self, self.waiting.events, self.pods.owners):
+            for key in table:
+                uids.add(key.rpartition("/")[2])
+        return uids
+
     # -- recovery (app.py) ---------------------------------------------------------------
     @classmethod
     def from_state(cls, messages) -> "MemoryStates":
@@ -360,6 +376,17 @@ class Processor:
         self._related: dict[str, ObjectIndex] = {}
         self._related_versions: dict[str, dict] = {}
         self.attributing = Attributing(self.catalog_for)
+
+    def forget_objects(self, uids) -> None:
+        """Drop the resolver's cached trees of these objects (a raw partition this worker no longer
+        owns: its objects' events go to another worker, their deletions too, so nothing else would)."""
+        forget = self.base.resolver.forget
+        for uid in uids:
+            forget(uid)
+
+    def cached_uids(self) -> set[str]:
+        """The uids of the objects whose component trees the resolver holds (every catalog shares it)."""
+        return self.base.resolver.cached_uids()
 
     # -- definitions from clusters ------------------------------------------
     def catalog_for(self, cluster: str) -> Catalog:

@@ -13,6 +13,9 @@ a partition's transaction"; settings.broker_wait):
 - a worker started while the broker is down waits for it and starts with it;
 - a worker stops within seconds of SIGTERM right after its peer stopped (its peer's partitions
   come to it as it stops);
+- a worker that took over a killed peer's partitions, once the peer is back and has them again,
+  holds the state of its own partitions only, and no component tree of the others' objects
+  (bench/soak.py saw its RSS stay up after the give-back; processors/app.py);
 
 and in each case every event is in the warehouse exactly once, with every transition
 (``_check_warehouse``: hand-derived from the simulator's intents).
@@ -20,9 +23,11 @@ and in each case every event is in the warehouse exactly once, with every transi
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
+from collections import Counter
 
 from tests.e2e.test_pipeline_e2e import Pipeline, _check_warehouse, _messages, pipeline_on  # noqa: F401 - fixture
 from tests.e2e.test_references_e2e import _start_second_worker, _wait_for_workers
@@ -151,3 +156,111 @@ def test_a_worker_stops_within_seconds_of_sigterm_as_its_peer_s_partitions_come_
     p.start("processors")   # the rest of the stream; running (in its group) before _end stops it
     _wait_for_workers(p, 1)
     _end(p, messages)
+
+
+# processors/app.py logs what a worker holds after each rebalance that changed it
+_HELD = re.compile(r"raw partitions \[([0-9, ]*)\] held: (\d+) entries \(([^)]*)\); "
+                   r"objects with component trees: (\d+), of other partitions: (\d+)")
+
+
+def _holdings(p: Pipeline, service: str) -> list[tuple[list[int], dict[int, int], int, int]]:
+    """Each rebalance's (partitions, entries per partition, objects with component trees, of them those of
+    other partitions) the worker logged."""
+    path = p.tmp / f"{service}.log"
+    found = []
+    for m in _HELD.finditer(path.read_text(errors="replace") if path.exists() else ""):
+        entries = {int(k): int(v) for k, v in (pair.split(": ") for pair in m[3].split(", ") if pair != "none")}
+        found.append(([int(x) for x in m[1].split(", ") if x], entries, int(m[4]), int(m[5])))
+    return found
+
+
+def _wait_for_holding(p: Pipeline, service: str, fits, after: int = 0, timeout: float = 120):
+    """Until a rebalance logged after the first `after` ones left the worker raw partitions that
+    `fits`; (its index, that holding)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        held = _holdings(p, service)
+        for i in range(after, len(held)):
+            if fits(held[i][0]):
+                return i, held[i]
+        time.sleep(0.5)
+    raise AssertionError(f"{service}: {_holdings(p, service)}\n{p.log(service)}")
+
+
+def _state_entries(p: Pipeline) -> Counter:
+    """Raw partition -> the keys the state topic keeps for it (its latest message per key not a
+    tombstone): what a recovery of the partition reads into memory, one entry each."""
+    latest = {}
+    for m in p.topic_messages("state"):
+        latest[(m.partition, m.key)] = m.value
+    return Counter(partition for (partition, _), value in latest.items() if value is not None)
+
+
+def _processed_everything(p: Pipeline, timeout: float = 180) -> None:
+    """Until the processors' committed offsets reach the raw topic's end (every event's outputs committed)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    group = f"{p.env['WORKLOADMAP_CLIENT_ID']}-processors"
+    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+    consumer = KafkaConsumer(bootstrap_servers=p.bootstrap)
+    try:
+        tps = [TopicPartition(p.topic("raw"), n) for n in consumer.partitions_for_topic(p.topic("raw"))]
+        ends = consumer.end_offsets(tps)
+        deadline = time.time() + timeout
+        committed = {}
+        while time.time() < deadline:
+            committed = {tp: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
+            if all(committed.get(tp, -1) >= ends[tp] for tp in tps):
+                return
+            time.sleep(1)
+        raise AssertionError(f"committed {committed}, ends {ends}")
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def test_a_worker_that_gave_back_a_killed_peer_s_partitions_holds_only_its_own_partitions_objects(
+        kafka_broker, pipeline_on):
+    """Kill one of two workers; the survivor takes its partitions over (their state recovered from the
+    state topic) and processes the second half of the stream on all of them (its resolver caching
+    their objects' component trees); start the peer again: the partitions go back to it, and the
+    survivor keeps, per partition it still owns, exactly the entries the state topic keeps for that
+    partition (the expectation read from the topic, not from the worker), none of the others, and no
+    resolver tree of an object of another partition."""
+    p = pipeline_on(kafka_broker.bootstrap_servers)
+    messages = _stream(workloads=150, days=2)
+    half = len(messages) // 2
+    p.start("processors")
+    _start_second_worker(p)
+    _wait_for_workers(p, 2)
+    p.publish(messages, to_index=half)
+    _processed_everything(p)
+    before_kill = len(_holdings(p, "processors"))
+    p.kill("processors-2")
+    took, took_over = _wait_for_holding(p, "processors", lambda held: held == [0, 1, 2],   # after the session timeout
+                                        after=before_kill)
+    at_takeover = _state_entries(p)
+    p.publish(messages, from_index=half)
+    _processed_everything(p)
+    first_life = len(_holdings(p, "processors-2"))
+    _start_second_worker(p)
+    _wait_for_holding(p, "processors", lambda held: len(held) < 3, after=took + 1)
+    _wait_for_holding(p, "processors-2", lambda held: len(held) > 0, after=first_life)
+    _wait_for_workers(p, 2)
+    time.sleep(3)   # a last rebalance's recovery logged
+    survivor, peer = _holdings(p, "processors")[-1], _holdings(p, "processors-2")[-1]
+    expected = _state_entries(p)
+
+    partitions, entries, _, _ = took_over
+    assert entries == {n: at_takeover[n] for n in partitions}
+    assert all(at_takeover[n] > 0 for n in partitions)   # every partition had objects to take over
+    # the second half changed every partition's objects: processed by the survivor, their trees cached
+    assert all(expected[n] != at_takeover[n] for n in partitions)
+    partitions, entries, trees, elsewhere = survivor
+    assert sorted(partitions + peer[0]) == [0, 1, 2]   # split between the two again
+    assert entries == {n: expected[n] for n in partitions}   # its own partitions' entries, and only them
+    assert trees > 0 and elsewhere == 0   # its objects' trees kept, none of the partitions it gave back
+    assert peer[1] == {n: expected[n] for n in peer[0]} and peer[3] == 0
+    for service in ("processors", "processors-2"):
+        assert p.procs[service].poll() is None, p.log(service)
+        p.stop(service)

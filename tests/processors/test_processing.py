@@ -468,3 +468,26 @@ def test_the_embedded_processor_dead_letters_an_unknown_kind_at_once(processor):
     """One store in feed order: a definition published first is applied first, nothing to wait for."""
     out = processor.process(None, event(_widget(), "ADDED"), MemoryStates())
     assert [d["reason"] for d in decoded(out.dead_letters)] == [records.UNKNOWN_KIND]
+
+
+def test_a_partition_given_up_leaves_no_component_tree_of_its_objects_in_the_resolver(processor):
+    """processors/app.py: a worker that no longer owns a raw partition drops its store and the resolver's
+    trees of its objects (no event of them comes to this worker again, their deletions neither, so
+    nothing else would ever drop those trees); the other partitions' trees stay."""
+    given_up, kept = MemoryStates(), MemoryStates()
+    mine, other = _jobset(), _jobset()
+    other["metadata"]["uid"] = "another-uid"
+    out = processor.process(b"k", event(mine, "ADDED"), given_up)
+    processor.process(b"k", event(other, "ADDED"), kept)
+    # two state topic messages (its owner link: pods are attributed through it, and its summary),
+    # and the store holds those two entries
+    assert sorted(k.split(b":")[0] for k, _ in out.state) == [b"owner", b"workload"] and given_up.objects() == 2
+    assert given_up.uids() == {mine["metadata"]["uid"]} and kept.uids() == {"another-uid"}
+    assert processor.cached_uids() == {mine["metadata"]["uid"], "another-uid"}   # JobSets' trees are cached
+    processor.forget_objects(given_up.uids())
+    assert processor.cached_uids() == {"another-uid"}
+    # the kept object's next status update still resolves (from its cached tree)
+    newer = _jobset(rv="101")
+    newer["metadata"]["uid"] = "another-uid"
+    (record,) = decoded(processor.process(b"k", event(newer), kept).records)
+    assert record["resourceVersion"] == "101" and record["total"]["gpu"] == 64
