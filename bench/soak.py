@@ -45,13 +45,23 @@ on stdout is the figures, with each invariant checked explicitly (`held` and its
   Deployment on the API server updated each second) are polled through the writer's HTTP reads;
   the pause is the age of the newest heartbeat visible, its maximum over the run (its median
   is the ordinary latency);
-- the RSS of every process, every 5 s: judged per life of a workloadmap process (a kill starts a
-  new one) that lasted 3 minutes or more, at its end against a minute into it (held: at most
-  1.25 x).  Why not the run's end against its start: every process but the broker's is killed in
-  turn, so "end" is then a process a few minutes old, and a minute into a life is past its
-  warm-up (state recovered, the exporter's replay of the topics, DuckDB's first cached blocks),
-  so what grows after it grows with the run's length.  The broker, the API server and etcd are
-  shown, not judged (not ours).
+- the RSS of every process, every 5 s: judged per stretch of a workloadmap process's life at a
+  constant live set that lasted 3 minutes or more, at its end against a minute into it (held: at
+  most 1.25 x).  A stretch is a life (a kill starts a new one) or, for a processor worker, the
+  part of a life between two rebalances that changed the raw partitions it holds (it logs them,
+  processors/app.py); what a worker holds before its first assignment is its start, not judged.
+  Why: RSS must not grow with time at a constant live set, and a worker's live set is its
+  partitions' objects: one that takes over a killed peer's partitions legitimately holds about
+  half as much again, and judging its life as one counted that step as growth; once the peer is
+  back and has them again, the stretch that follows is judged from a minute after that give-back,
+  so memory the worker kept from its takeover counts only if it grows on.  Each stretch is shown
+  with the partitions held and its RSS a minute in and at its end, so a worker that did not give
+  memory back is seen (the same partitions, a higher level than before the takeover).  Why not
+  the run's end against its start: every process but the broker's is killed in turn, so "end" is
+  then a process a few minutes old, and a minute into a stretch is past its warm-up (state
+  recovered, the exporter's replay of the topics, DuckDB's first cached blocks), so what grows
+  after it grows with the run's length.  The broker, the API server and etcd are shown, not
+  judged (not ours).
 
     python bench/soak.py [--minutes 10] [--rate 2000] [--kube-rate 200] [--workers 2]
 
@@ -401,7 +411,9 @@ class Service:
 
     def start(self) -> None:
         self.starts += 1
-        log_file = open(self.workdir / f"{self.name}.log", "ab")
+        path = self.workdir / f"{self.name}.log"
+        self.life_log_start = path.stat().st_size if path.exists() else 0   # this life's lines follow
+        log_file = open(path, "ab")
         self.proc = subprocess.Popen([*WORKLOADMAP, *self.args], env=self.env, stdout=log_file,
                                      stderr=subprocess.STDOUT, cwd=self.workdir)
 
@@ -422,6 +434,17 @@ class Service:
     def log_tail(self, n: int = 3000) -> str:
         path = self.workdir / f"{self.name}.log"
         return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+    def holding(self) -> tuple[int, ...] | None:
+        """The raw partitions a processor worker's current life holds since its last rebalance (it
+        logs them: processors/app.py), None before its first assignment."""
+        try:
+            with open(self.workdir / f"{self.name}.log", "rb") as f:
+                f.seek(self.life_log_start)
+                held = HELD.findall(f.read().decode(errors="replace"))
+        except OSError:
+            return None
+        return tuple(int(p) for p in held[-1].split(", ") if p) if held else None
 
 
 class Heartbeats:
@@ -470,22 +493,28 @@ class Heartbeats:
                 "api_server_to_warehouse_p50_seconds": round(kube[len(kube) // 2], 2)}
 
 
-# A process's RSS is judged per life (a kill starts a new one), from WARM seconds into it to its end:
-# the first minute of a life is its warm-up (a worker's state recovered, the exporter reading the
+# A process's RSS is judged per stretch at a constant live set (a life, or a worker's partitions
+# between two rebalances: see the module docstring), from WARM seconds into it to its end: the
+# first minute of a stretch is its warm-up (a worker's state recovered, the exporter reading the
 # topics from their start, DuckDB caching the blocks the writer's first batches touch), so growth
-# after it is what would go on with the run's length.  A life shorter than LIFE_JUDGED has too
+# after it is what would go on with the run's length.  A stretch shorter than LIFE_JUDGED has too
 # little after its warm-up to say anything.
 WARM = 60.0
 LIFE_JUDGED = 180.0
 RSS_GROWTH_HELD = 1.25
+HELD = re.compile(r"raw partitions \[([0-9, ]*)\] held: ")   # a worker's holding (processors/app.py)
 
 
 class RssSamples:
-    """Every process's RSS every 5 s, by name, with its pid (a new pid is a new life)."""
+    """Every process's RSS every 5 s, by name, with its pid (a new pid is a new life) and, for a
+    processor worker, the raw partitions it holds (`holding(name)`: None for the other processes,
+    and for a worker before its first assignment)."""
 
-    def __init__(self, pids):
+    def __init__(self, pids, holding=lambda name: None):
         self.pids = pids
-        self.samples: dict[str, list[tuple[float, int, int]]] = {}
+        self.holding = holding
+        self.samples: dict[str, list[tuple[float, int, int, tuple | None]]] = {}
+        self.workers: set[str] = set()   # the processes that said what they hold
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -495,25 +524,37 @@ class RssSamples:
             for name, pid in self.pids().items():
                 value = rss_bytes(pid)
                 if value:
-                    self.samples.setdefault(name, []).append((now, pid, value))
+                    held = self.holding(name)
+                    if held is not None:
+                        self.workers.add(name)
+                    self.samples.setdefault(name, []).append((now, pid, value, held))
 
     def lives(self) -> dict:
-        """Per process, its lives long enough to judge: MB WARM s in and at the end, their ratio, the
-        MB each minute (the slope)."""
+        """Per process, its stretches long enough to judge (a life; a worker's partitions between two
+        rebalances): the partitions held, MB WARM s in and at the end, their ratio, the MB each minute
+        (the slope)."""
         out = {}
         for name, samples in self.samples.items():
-            by_pid: dict[int, list] = {}
-            for at, pid, value in samples:
-                by_pid.setdefault(pid, []).append((at, value))
+            worker = name in self.workers
+            stretches: list[list] = []
+            last = None
+            for at, pid, value, held in samples:
+                if worker and held is None:
+                    continue   # a worker's start, before its first assignment
+                if (pid, held) != last:
+                    stretches.append([])
+                    last = (pid, held)
+                stretches[-1].append((at, value, held))
             judged = []
-            for life in by_pid.values():
-                if life[-1][0] - life[0][0] < LIFE_JUDGED:
+            for stretch in stretches:
+                if stretch[-1][0] - stretch[0][0] < LIFE_JUDGED:
                     continue
-                warm = next(value for at, value in life if at >= life[0][0] + WARM)
-                end = life[-1][1]
-                judged.append({"seconds": round(life[-1][0] - life[0][0]), "warm_mb": round(warm / 2**20),
+                warm = next(value for at, value, _ in stretch if at >= stretch[0][0] + WARM)
+                end = stretch[-1][1]
+                judged.append({**({"partitions": list(stretch[0][2])} if worker else {}),
+                               "seconds": round(stretch[-1][0] - stretch[0][0]), "warm_mb": round(warm / 2**20),
                                "end_mb": round(end / 2**20), "end_over_warm": round(end / warm, 2),
-                               "mb_each_minute": [round(v / 2**20) for at, v in life[::12]]})
+                               "mb_each_minute": [round(v / 2**20) for at, v, _ in stretch[::12]]})
             out[name] = judged
         return out
 
@@ -819,7 +860,7 @@ def main() -> None:
 
         supervisor = threading.Thread(target=supervise, daemon=True)
         supervisor.start()
-        rss = RssSamples(pids)
+        rss = RssSamples(pids, lambda name: services[name].holding() if name.startswith("processors") else None)
         rss.thread.start()
         log(event="load started", setup_seconds=round(t0 - started, 1), rate=args.rate, kube_rate=args.kube_rate,
             workers=args.workers)
@@ -949,9 +990,11 @@ def main() -> None:
                    for name in rss_start if rss_start[name]},
         "rss_growth": {"held": all(life["end_over_warm"] <= RSS_GROWTH_HELD for name, judged in lives.items()
                                    if name in services for life in judged),
-                       "criterion": f"over every life of a workloadmap process that lasted {LIFE_JUDGED:.0f} s or "
-                                    f"more: RSS at its end <= {RSS_GROWTH_HELD} x RSS {WARM:.0f} s into it "
-                                    "(RssSamples); the broker, the API server and etcd are shown, not judged",
+                       "criterion": f"over every stretch at a constant live set (a life; a worker's raw "
+                                    f"partitions between two rebalances) of a workloadmap process that lasted "
+                                    f"{LIFE_JUDGED:.0f} s or more: RSS at its end <= {RSS_GROWTH_HELD} x RSS "
+                                    f"{WARM:.0f} s into it (RssSamples); the broker, the API server and etcd "
+                                    "are shown, not judged",
                        "lives": lives, "end_over_run_start": growth},
         "cpu_us_per_event": cpu_per_event,
         "load_average_end": os.getloadavg(),
