@@ -18,7 +18,9 @@ event falls with the batch size, and the pipeline's batch sizes follow the rate 
 
 ``--minutes N`` measures the writer's memory within one life instead (issue 30: the soak's writer
 grew within each life): the same messages replayed round after round into one file, each round
-with fresh uids and node names (as bench/soak.py replays its fleet), so pods and workloads keep
+with fresh uids and node names (as bench/soak.py replays its fleet), each round later in time than
+the last as a live stream goes on (``--replay-times``: at the same instants every round, as the soak
+replays them), so pods and workloads keep
 starting, ending and being deleted and nodes keep coming and going, in batches of the first --batch
 size (as fast as the writer goes, faster than the soak's 2,000 events/s: a minute here is several
 of the soak's).  Printed each minute, one JSON line: the process RSS, DuckDB's memory by tag
@@ -31,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -108,14 +112,32 @@ def writing(messages: list[Message], batch: int) -> tuple[float, int]:
         return time.process_time() - began, batches
 
 
-def renamed(messages: list[Message], rnd: int) -> list[Message]:
-    """`messages` with fresh uids (objects' and their owners' alike) and node names for round `rnd`."""
+_INSTANT = re.compile(rb'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)"')
+
+
+def renamed(messages: list[Message], rnd: int, shift: datetime.timedelta | None = None) -> list[Message]:
+    """`messages` with fresh uids (objects' and their owners' alike) and node names for round `rnd`;
+    with `shift`, every instant moved `rnd` times that much later (the stream going on in time)."""
     uid, node = f'"uid":"r{rnd}-'.encode(), f'"nodeName":"r{rnd}-'.encode()
     name = f'"name":"r{rnd}-'.encode()
+    moved: dict[bytes, bytes] = {}
+
+    def later(match) -> bytes:
+        text = match.group(0)
+        if text not in moved:
+            instant = datetime.datetime.fromisoformat(match.group(1).decode().replace("Z", "+00:00")) + rnd * shift
+            digits = len(match.group(1)) - 21   # fraction digits as given ("...:21.365Z": 3; "...:21Z": none)
+            fraction = "." + f"{instant.microsecond:06d}"[:digits] if digits > 0 else ""
+            out = instant.strftime("%Y-%m-%dT%H:%M:%S") + fraction
+            moved[text] = f'"{out}Z"'.encode()
+        return moved[text]
+
     out = []
     for m in messages:
         value = m.value.replace(b'"uid":"', uid)
         value = value.replace(b'"name":"', name) if m.topic == records.NODES_TOPIC else value.replace(b'"nodeName":"', node)
+        if shift and rnd:
+            value = _INSTANT.sub(later, value)
         out.append(m._replace(value=value))
     return out
 
@@ -144,17 +166,28 @@ def memory(wh: Warehouse) -> dict:
             "file_mb": round(wh.path.stat().st_size / 2**20, 1), "rows": rows, "python": python}
 
 
-def sustained(messages: list[Message], events: int, batch: int, minutes: float, memory_limit: str | None) -> None:
+def time_span(messages: list[Message]) -> datetime.timedelta:
+    """A shift that moves every instant of `messages` past the latest: their span, in whole days, and a day."""
+    instants = sorted({i for m in messages for i in _INSTANT.findall(m.value)})
+    first, last = (datetime.datetime.fromisoformat(i.decode().replace("Z", "+00:00")) for i in (instants[0], instants[-1]))
+    return datetime.timedelta(days=(last - first).days + 1)
+
+
+def sustained(messages: list[Message], events: int, batch: int, minutes: float, memory_limit: str | None,
+              replay_times: bool = False) -> None:
     """Write the messages round after round with fresh names into one file for `minutes`; print the
-    memory each minute."""
+    memory each minute.  Each round later in time than the one before, as a live stream goes on,
+    unless `replay_times` (the same instants every round, as bench/soak.py replays its fleet)."""
+    shift = None if replay_times else time_span(messages)
     with tempfile.TemporaryDirectory() as tmp, Warehouse(Path(tmp) / "writer.duckdb", memory_limit=memory_limit) as wh:
         wh.conn.execute(f"SET threads = {WRITER_THREADS}")
         began = time.time()
         minute, rnd, written, cpu = 0, 0, 0, 0.0
         offsets = Counter()
-        print(json.dumps({"bench": "writer.memory", "minute": 0, "rss_mb": round(_rss_mb(), 1), **memory(wh)}), flush=True)
+        print(json.dumps({"bench": "writer.memory", "minute": 0, "rss_mb": round(_rss_mb(), 1), "memory_limit_given": memory_limit,
+                          "round_shift_days": shift.days if shift else 0, **memory(wh)}), flush=True)
         while time.time() - began < minutes * 60:
-            fresh = renamed(messages, rnd)
+            fresh = renamed(messages, rnd, shift)
             for start in range(0, len(fresh), batch):
                 chunk = []
                 for m in fresh[start:start + batch]:   # offsets go on from round to round
@@ -187,11 +220,13 @@ def main() -> None:
                         help="messages per batch (the pipeline's batches at 2,000 events/s: ~400)")
     parser.add_argument("--minutes", type=float, help="the writer's memory over this many minutes instead (one file)")
     parser.add_argument("--memory-limit", help="DuckDB memory_limit of the writer (with --minutes)")
+    parser.add_argument("--replay-times", action="store_true",
+                        help="with --minutes: every round at the same instants, as bench/soak.py (default: later each round)")
     args = parser.parse_args()
     events, messages = writer_messages(args.events, closing=bool(args.minutes))
     collect_garbage_rarely()   # as `workloadmap run warehouse` does
     if args.minutes:
-        return sustained(messages, events, args.batch[0], args.minutes, args.memory_limit)
+        return sustained(messages, events, args.batch[0], args.minutes, args.memory_limit, args.replay_times)
     kinds = Counter(m.topic for m in messages)
     per_batch = {}
     for batch in args.batch:
