@@ -134,6 +134,7 @@ def run_watchers(embedded, definition_files, metrics, serve, pod_series, **optio
     from workloadmap import running
     from workloadmap.ingest.clusters import ClusterConfigError
     from workloadmap.ingest.watching import WatchingFailed
+    from workloadmap.warehouse.writing import MemoryLimitError
 
     from .catalogs import build_catalog
 
@@ -154,7 +155,7 @@ def run_watchers(embedded, definition_files, metrics, serve, pod_series, **optio
             pod_series=pod_series == "on", serve=serve,
             started=lambda target: click.echo(f"watching {', '.join(repr(c) for c in clusters)} into {target}",
                                               err=True)))
-    except WatchingFailed as exc:
+    except (WatchingFailed, MemoryLimitError) as exc:   # the latter: WORKLOADMAP_DUCKDB_MEMORY_LIMIT, --embedded
         fail(exc)
     click.echo("watchers stopped; checkpoints saved in " + settings.checkpoint_dir, err=True)
 
