@@ -96,6 +96,7 @@ def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
     from workloadmap.warehouse.pricing import PricingError
     from workloadmap.warehouse.writing import MemoryLimitError
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # the pricing file and the memory limit are read first, before Kafka
         totals = serving(lambda: running.run_warehouse(
             from_options(options), snapshot_path=snapshot_path, snapshot_every=snapshot_every, metrics=metrics,

@@ -305,6 +305,7 @@ class Warehouse:
         # Row groups of ROW_GROUP_ROWS (DuckDB's smallest): a batch under load fills one, so DuckDB
         # writes its rows straight into the file at commit instead of into the WAL and then the file
         # again at the next checkpoint (the cost to readers is in bench/RESULTS.md).
+        began, wal = time.monotonic(), self._wal_bytes()
         self.conn = interrupting.track(duckdb.connect())
         try:
             self.conn.execute(f"ATTACH ? AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(self.path)])
@@ -333,6 +334,8 @@ class Warehouse:
         self._allocations = allocating.Allocations(self.conn)
         self._offset_partitions = set(self.offsets())  # the partitions whose offsets the file has (_store_offsets)
         self._lock = threading.Lock()
+        # how long a restart's open took, and the WAL it replayed (a killed writer's: up to CHECKPOINT_WAL_BYTES)
+        log.info("opened %s in %.2f s (WAL of %d bytes replayed)", self.path, time.monotonic() - began, wal)
         [(kept_with,)] = self.conn.execute("SELECT priced_with FROM usage_rollup").fetchall()
         if self._next_seq > 0 and (self._rolled_seq < 0 or kept_with != costing.priced_with(pricing)):
             # a history from before the rollup (schema 7) or the kept cost rows (schema 8), or priced

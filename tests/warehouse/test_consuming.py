@@ -228,7 +228,8 @@ WRITER_SCRIPT = textwrap.dedent("""
     writer = KafkaWarehouseWriter(bootstrap, path, topics=(workloads, transitions), group_id="wm-crash",
                                   batch_size=50, max_wait_ms=100, transitions_topic=transitions,
                                   deadletter_topic=deadletter, on_batch=report,
-                                  commit_to_kafka=False)  # so only DuckDB's offsets can say where to resume
+                                  # by default not: so only DuckDB's offsets can say where to resume
+                                  commit_to_kafka=sys.argv[6:7] == ["commit"])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     writer.run(stop)
@@ -313,3 +314,46 @@ def test_kafka_writer_killed_mid_stream_and_restarted(kafka_broker, tmp_path):
         assert wh.offsets() == end_offsets(bootstrap, [topics["workloads"]])
         for uid in ("a-0", "a-399", "b-99"):
             assert intervals(wh, uid) == EXPECTED_LIFECYCLE
+
+
+def test_a_killed_writers_successor_reads_at_once_as_no_group_member_is_waited_for(kafka_broker, tmp_path):
+    """A writer is not a member of a consumer group (it assigns itself every partition, from DuckDB's
+    offsets): so a successor started right after a SIGKILL reads at once, where a group member's
+    successor would wait for the killed member's session to time out (10 s for kafka-python's, 45 s
+    for the Java client's) and then for a rebalance.  The mechanism is what is checked: the group the
+    offsets are committed under (for lag monitoring) has no member while either writer reads, and
+    the successor's first batch comes within 15 s of its start (a start and a batch take about a
+    second of CPU: the bound leaves room for loaded cores, not for a session timeout and a rejoin)."""
+    from kafka import KafkaAdminClient
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topics = create_topics(bootstrap)
+    args = (bootstrap, str(tmp_path / "w.duckdb"), topics["workloads"], topics["transitions"], topics["deadletter"],
+            "commit")
+    first, second = stream(100, "k"), stream(100, "s")   # 600 records each
+    publish(bootstrap, topics["workloads"], first)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="wm-test-admin")
+    try:
+        writer = WriterProcess(*args)
+        writer.wait_for(len(first))
+        group = admin.describe_groups(["wm-crash"])["wm-crash"]
+        assert group["members"] == [] and group["group_state"] == "Empty", group
+        assert admin.list_group_offsets("wm-crash")["wm-crash"], "the writer commits its offsets under the group"
+        writer.proc.send_signal(signal.SIGKILL)
+        writer.proc.wait(10)
+
+        publish(bootstrap, topics["workloads"], second)
+        started = time.monotonic()
+        successor = WriterProcess(*args)
+        successor.wait_for(len(second), timeout=15)
+        first_batch = time.monotonic() - started
+        group = admin.describe_groups(["wm-crash"])["wm-crash"]
+        assert group["members"] == [] and group["group_state"] == "Empty", group
+        successor.proc.send_signal(signal.SIGTERM)
+        assert successor.proc.wait(30) == 0
+    finally:
+        admin.close()
+    assert first_batch < 15
+    with Warehouse(args[1], consumer="wm-crash") as wh:
+        assert wh.cursor().execute("SELECT count(*) FROM workload_states").fetchone()[0] == len(first) + len(second)
+        assert wh.offsets() == end_offsets(bootstrap, [topics["workloads"]])
