@@ -18,6 +18,11 @@ keys than that.
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .scanning import arrow_over
+
 _HASHES = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9)  # odd 64-bit multipliers
 _BITS_PER_KEY = 16
 _MIN_BITS_LOG2 = 20  # 128 KiB
@@ -41,12 +46,19 @@ class DeletedWorkloads:
         self._capacity = (1 << log2) // self.bits_per_key
         bits = bytearray(1 << (log2 - 3))
         if count:
-            # The positions in DuckDB (the same arithmetic as _positions), OR-ed per byte.
-            positions = " UNION ALL ".join(
-                f"SELECT ((key::UHUGEINT * {a}::UHUGEINT) % {_MASK64 + 1}::UHUGEINT) >> {self._shift} AS p "
-                f"FROM {self.table}" for a in _HASHES)
-            table = conn.sql(f"SELECT (p // 8)::BIGINT AS byte, bit_or(1 << (p % 8)::INTEGER) AS mask "
-                             f"FROM ({positions}) GROUP BY 1").to_arrow_table()
+            # The positions by Arrow (the same arithmetic as _positions: its multiplication of unsigned
+            # 64-bit integers wraps, as & _MASK64 does), OR-ed per byte by DuckDB.  Why not all in
+            # DuckDB: its 64-bit multiplication refuses to overflow, and in 128-bit integers the
+            # positions cost seconds of CPU at some hundred thousand keys: a restarted writer
+            # (ended_pods grows with the history) and a rebuild mid-stream waited for them.
+            keys = conn.sql(f"SELECT key FROM {self.table}").to_arrow_table().column("key")
+            shift = pa.scalar(self._shift, pa.uint64())
+            positions = pa.table({"p": pa.chunked_array(
+                [chunk for a in _HASHES
+                 for chunk in pc.shift_right(pc.multiply(keys, pa.scalar(a, pa.uint64())), shift).chunks],
+                pa.uint64())})
+            table = arrow_over(conn, "SELECT (p >> 3)::BIGINT AS byte, bit_or((1 << (p & 7)::INTEGER)::UTINYINT) "
+                                     "AS mask FROM wm_rows GROUP BY 1", positions)
             for byte, mask in zip(table.column("byte").to_pylist(), table.column("mask").to_pylist()):
                 bits[byte] = mask
         self._bits = bits

@@ -25,7 +25,7 @@ def table_with(keys) -> duckdb.DuckDBPyConnection:
 @settings(max_examples=40, deadline=None)
 @given(loaded=KEYS, added=KEYS)
 def test_every_key_loaded_or_added_may_be_contained(loaded, added):
-    """Loaded from the table (positions computed by DuckDB) or added in Python: the same bits."""
+    """Loaded from the table (positions computed by Arrow, OR-ed by DuckDB) or added in Python: the same bits."""
     conn = table_with(loaded)
     f = DeletedWorkloads(conn)
     for key in added:
