@@ -27,7 +27,9 @@ JSON line per restart and one summary line.  One command:
 
     python bench/writer_restart_bench.py            # 3 kills, 2,000 events/s
 
-``--stream workloads`` publishes the simulated workload stream instead of the pod stream.
+``--stream workloads`` publishes the simulated workload stream instead of the pod stream;
+``--ended-pods N`` seeds the file with N ended pods before the writer's first start (the history of
+a long-running writer, which its start loads a filter of).
 """
 
 from __future__ import annotations
@@ -260,6 +262,17 @@ def topics(bootstrap: str) -> set:
         admin.close()
 
 
+def healthy(port: int) -> bool:
+    """The writer answers its reads (between its batches: it reads its topics)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 def wait_for(condition, timeout: float, what: str, log: Path | None = None) -> None:
     deadline = time.time() + timeout
     while not condition():
@@ -267,6 +280,21 @@ def wait_for(condition, timeout: float, what: str, log: Path | None = None) -> N
             tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
             raise SystemExit(f"timed out waiting for {what}\n{tail}")
         time.sleep(0.5)
+
+
+def seed_ended_pods(path: str, n: int) -> None:
+    """`n` keys in ended_pods, as a long-running writer's file holds one per pod that ever ended (the
+    filter the writer loads at its start is built from them; random keys fill it as pods' do)."""
+    import duckdb
+
+    from workloadmap.warehouse.writing import Warehouse
+
+    Warehouse(path).close()   # created and migrated, as the writer does
+    conn = duckdb.connect(path)
+    try:
+        conn.execute("INSERT INTO ended_pods SELECT hash(i, 'bench-ended')::UBIGINT FROM range(?) t(i)", [n])
+    finally:
+        conn.close()
 
 
 def start_writer(writer: dict) -> subprocess.Popen:
@@ -284,6 +312,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--every", type=float, default=45.0, help="seconds between kills")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--ended-pods", type=int, default=0,
+                        help="seed the file with this many ended pods first (a long-running writer's history)")
     parser.add_argument("--down", type=float, default=0.0,
                         help="seconds between the kill and the start (a backlog to catch up: its rate)")
     args = parser.parse_args()
@@ -305,9 +335,10 @@ def main() -> None:
         progress = None
         try:
             wait_for(lambda: records.RAW_TOPIC in topics(bootstrap), 180, "the worker to create the topics")
+            if args.ended_pods:
+                seed_ended_pods(writer["duckdb"], args.ended_pods)
             writer["proc"] = start_writer(writer)
-            wait_for(lambda: READS in writer["log"].read_text(errors="replace"), 180, "the writer to start",
-                     writer["log"])
+            wait_for(lambda: healthy(writer["port"]), 180, "the writer to start", writer["log"])
             publisher.start()
             if not ready.wait(600):
                 raise SystemExit("the publisher did not start")
@@ -326,7 +357,7 @@ def main() -> None:
             elapsed = time.time() - started
             summary = {"bench": "writer_restart", "stream": args.stream, "rate": args.rate,
                        "achieved_rate": round(published.value / elapsed), "kills": len(results),
-                       "down_s": args.down}
+                       "down_s": args.down, "ended_pods_seeded": args.ended_pods}
             for key in ("process_s", "topics_s", "open_s", "assign_s", "first_batch_s", "caught_up_s",
                         "catch_up_rate", "wal_bytes_left"):
                 values = [r[key] for r in results if r.get(key) is not None]
