@@ -313,6 +313,10 @@ class Warehouse:
             self.conn.close()
             raise WarehouseUnavailable(_unavailable(self.path, exc)) from None
         self.conn.execute(f"USE {CATALOG}")
+        # Where DuckDB spills what a query needs beyond its memory limit: beside the file, as for a file
+        # it opens itself (attached to an in-memory database, it would be ./.tmp, in whatever the
+        # working directory is: read-only in the chart's containers).
+        self.conn.execute("SET temp_directory = ?", [f"{self.path}.tmp"])
         if memory_limit:
             try:
                 limit_memory(self.conn, memory_limit)

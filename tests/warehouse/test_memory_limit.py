@@ -43,6 +43,20 @@ def test_the_writer_s_buffer_pool_stays_under_its_limit_reading_more_than_it(tmp
         assert limit == "16.0 MiB" and _mib(used) <= 16
 
 
+def test_a_query_needing_more_than_the_limit_spills_beside_the_file_not_into_the_working_directory(
+        tmp_path, monkeypatch):
+    path = tmp_path / "w.duckdb"
+    _file_larger_than(path, 48)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    with Warehouse(path, memory_limit="64MiB") as wh:
+        assert wh.conn.execute("SELECT current_setting('temp_directory')").fetchone()[0] == f"{path}.tmp"
+        # the distinct 64-character texts (786,432: one a row) take more than 64 MiB to hash
+        assert wh.conn.execute("SELECT count(*) FROM (SELECT DISTINCT t FROM filler)").fetchone()[0] == 48 * MIB // 64
+        assert (tmp_path / "w.duckdb.tmp").is_dir() and not list(cwd.iterdir())
+
+
 def test_a_memory_limit_in_decimal_units_is_duckdb_s(tmp_path):
     # 64MB = 64,000,000 bytes = 61.04 MiB
     with Warehouse(tmp_path / "w.duckdb", memory_limit="64MB") as wh:
