@@ -305,9 +305,9 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
     pricing = pricing_of(settings)
     check_memory_limit(settings.duckdb_memory_limit)
     token = settings.read_token()  # an unreadable token file fails before anything starts
+    quiet_kafka_logs()   # before the admin client: its connection's INFO lines are a dozen a start
     ensure_topics(settings, wait=settings.broker_wait)
     log.info("the topics are there at %s", settings.bootstrap_servers)
-    quiet_kafka_logs()
     stop = stop or stop_on_signals()
     exporter = start_exporter(settings, metrics, role="warehouse-exporter") if metrics else None
     reads = None
