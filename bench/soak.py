@@ -61,7 +61,12 @@ on stdout is the figures, with each invariant checked explicitly (`held` and its
   then a process a few minutes old, and a minute into a stretch is past its warm-up (state
   recovered, the exporter's replay of the topics, DuckDB's first cached blocks), so what grows
   after it grows with the run's length.  The broker, the API server and etcd are shown, not
-  judged (not ours).
+  judged (not ours).  The writer's DuckDB runs under a memory limit (--writer-memory-limit,
+  128MB), as the chart's writer does (warehouse.duckdbMemoryLimit): DuckDB's buffer pool caches
+  the blocks of the file a batch touches, and without a limit (80% of the machine's memory) the
+  cache follows the file, which grows with the history the warehouse keeps by design; the limit
+  is scaled to this run's file (printed, `warehouse_file_mb`) as the chart's is to a real
+  history, so what grows past it in the writer is growth and not the cache.
 
     python bench/soak.py [--minutes 10] [--rate 2000] [--kube-rate 200] [--workers 2]
 
@@ -781,6 +786,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--keep", action="store_true",
                         help="keep the services' logs, checkpoints and DuckDB file (their folder is printed)")
+    parser.add_argument("--writer-memory-limit", default="128MB",
+                        help="the writer's DuckDB memory limit (WORKLOADMAP_DUCKDB_MEMORY_LIMIT)")
     parser.add_argument("--history-workloads", type=int, default=200,
                         help="workloads of the simulated history replayed each round (3 clusters, 7 days)")
     args = parser.parse_args()
@@ -793,7 +800,8 @@ def main() -> None:
         kube.apply_crds([*sorted(CRD_DIR.glob("*.yaml")), WORKLOADMAP_CRD])
         bootstrap = broker.bootstrap_servers
         env = dict(os.environ, WORKLOADMAP_BOOTSTRAP_SERVERS=bootstrap, WORKLOADMAP_PARTITIONS=str(args.partitions),
-                   WORKLOADMAP_CLIENT_ID="soak", WORKLOADMAP_DUCKDB=str(workdir / "warehouse.duckdb"))
+                   WORKLOADMAP_CLIENT_ID="soak", WORKLOADMAP_DUCKDB=str(workdir / "warehouse.duckdb"),
+                   WORKLOADMAP_DUCKDB_MEMORY_LIMIT=args.writer_memory_limit)
         serve_port, exporter_port, watcher_metrics = free_ports(3)
         serve = f"http://127.0.0.1:{serve_port}"
         services.update({f"processors-{i + 1}": Service(f"processors-{i + 1}", ["run", "processors"], env, workdir)
@@ -996,6 +1004,8 @@ def main() -> None:
                                     f"{WARM:.0f} s into it (RssSamples); the broker, the API server and etcd "
                                     "are shown, not judged",
                        "lives": lives, "end_over_run_start": growth},
+        "writer_memory_limit": args.writer_memory_limit,
+        "warehouse_file_mb": round((workdir / "warehouse.duckdb").stat().st_size / 2**20),
         "cpu_us_per_event": cpu_per_event,
         "load_average_end": os.getloadavg(),
         "exits_on_sigterm": exits, "drained": drained, "writer_behind_at_the_end": writer_behind,
