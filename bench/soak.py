@@ -33,7 +33,7 @@ on stdout is the figures, with each invariant checked explicitly (`held` and its
   repeated deletion of a deleted object (a restarted watcher's relist, under the list's version),
   a pod or node event that changes nothing the warehouse keeps (status churn: no record by
   design; that none was lost is checked on the end state: every pod's and node's last record
-  says what its last event says), or an object with no record of its own by design (owned by
+  says what the processors keep of its last event: a pod's node and state, not its phase: kept_pod), or an object with no record of its own by design (owned by
   another, or an owner kind);
 - no duplicate rows: workload states per (cluster, uid, resourceVersion, deleted), transitions
   per (cluster, uid, time, status);
@@ -654,8 +654,8 @@ def account_raw(bootstrap: str, workload_ids: set, pod_ids: set, node_ids: set, 
         kind = obj.get("kind")
         if kind in ("Pod", "Node") and obj.get("apiVersion") == "v1":
             deleted = event["type"] == "DELETED"
-            state = (kept_pod(obj.get("spec", {}).get("nodeName"), obj.get("status", {}).get("phase"), deleted)
-                     if kind == "Pod" else kept_node(obj.get("spec", {}).get("unschedulable"), deleted))
+            state = (kept_pod_event(obj, deleted) if kind == "Pod"
+                     else kept_node(obj.get("spec", {}).get("unschedulable"), deleted))
             obj_key = hash((event["cluster"], meta["uid"]))
             rv = int(meta["resourceVersion"])
             if obj_key not in last_raw or last_raw[obj_key][0] < rv:
@@ -694,10 +694,24 @@ def account_raw(bootstrap: str, workload_ids: set, pod_ids: set, node_ids: set, 
     return out
 
 
-def kept_pod(node_name, phase, deleted) -> tuple:
-    """What a pod's record keeps, compared at the end: a deleted pod is deleted, whatever its last
-    event carried (the watchers' relist publishes a vanished pod's deletion with its identity only)."""
-    return ("pod", True) if deleted else ("pod", node_name or None, phase or None)
+def kept_pod(node_name, state, deleted) -> tuple:
+    """What a pod's record keeps, compared at the end: its node and its state (Pending, Bound or
+    Terminated: catalog.attributing.pod_state), not its phase.  The processors make a pod record
+    when the state, node, request or attribution changes (README, the pods topic), so a phase
+    change that keeps the state is status churn with no record: Pending to Running on the same
+    node, or a bare pod of the simulated history Running without a node (state Pending, as at its
+    record of phase Pending).  Comparing phases flagged such a pod as lost whenever the run ended
+    inside that stretch of its life (issue 30).  A deleted pod is deleted, whatever its last event
+    carried (the watchers' relist publishes a vanished pod's deletion with its identity only)."""
+    return ("pod", True) if deleted else ("pod", node_name or None, state)
+
+
+def kept_pod_event(obj: dict, deleted: bool) -> tuple:
+    """``kept_pod`` of a raw pod event: its state as the processors derive it from phase and node."""
+    from workloadmap.catalog.attributing import pod_state
+
+    node_name, phase = obj.get("spec", {}).get("nodeName"), obj.get("status", {}).get("phase")
+    return kept_pod(node_name, pod_state(phase, node_name, deleted), deleted)
 
 
 def kept_node(unschedulable, deleted) -> tuple:
@@ -965,7 +979,7 @@ def main() -> None:
             return lambda m: [fn(m) for fn in fns]
 
         read_topic(bootstrap, records.PODS_TOPIC, both(record_into(pod_ids), kept_into(
-            lambda r: kept_pod(r["nodeName"], r["phase"], r["deleted"]))))
+            lambda r: kept_pod(r["nodeName"], r["state"], r["deleted"]))))
         read_topic(bootstrap, records.NODES_TOPIC, both(record_into(node_ids), kept_into(
             lambda r: kept_node(r["unschedulable"], r["deleted"]))))
         kafka_transitions: set = set()
