@@ -184,6 +184,7 @@ def catalog_validate(files, output):
 
 # -- completion -----------------------------------------------------------------
 COMPLETE_VAR = "_WORKLOADMAP_COMPLETE"
+INTERRUPT_AGAIN = 0.2   # seconds between interrupts once Ctrl-C came (_watch_interrupts)
 
 
 @cli.command()
@@ -263,6 +264,7 @@ def _watch_interrupts(interrupt):
     import os
     import signal
     import threading
+    import time
 
     came = threading.Event()
     read, write = os.pipe()
@@ -277,7 +279,13 @@ def _watch_interrupts(interrupt):
             data = os.read(read, 64)
             if signal.SIGINT in data:
                 came.set()
-                interrupt()
+                # Again and again until the process has gone: DuckDB clears a connection's
+                # interrupt when a query begins, so a signal that came while the query was
+                # entering C (after Python's last look at its flag) would be lost, and the
+                # KeyboardInterrupt Python keeps for it would wait for the whole query.
+                while True:
+                    interrupt()
+                    time.sleep(INTERRUPT_AGAIN)
     threading.Thread(target=watch, name="sigint-watcher", daemon=True).start()
     return came
 
