@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -185,7 +186,23 @@ class RawQueue:
             if self._records < self.max_records:
                 self._room.set()
             if taken:
+                stream_in(app, taken)
                 return taken
+
+
+def stream_in(app, runs: list[RawBatch]) -> None:
+    """Tell faust's monitor that the agent took events of these runs' partitions.  Faust's watchdog
+    of slow streams (its aiokafka driver's ``verify_event_path``) reads the time the monitor saw a
+    partition's last event come into a stream, which only the bypassed per-event path sets: without
+    this, every partition with a lag was logged as a stream that "has not started processing",
+    and a stream that really stopped could not be told from one that works."""
+    monitor = app.monitor
+    if monitor is None:
+        return
+    now = time.monotonic()
+    inbound = monitor.stream_inbound_time
+    for run in runs:
+        inbound[run.tp] = now
 
 
 def current(app, runs: list[RawBatch], dropped=frozenset()) -> list[RawBatch]:

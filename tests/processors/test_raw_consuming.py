@@ -19,6 +19,7 @@ race against a suspended flow still abandons a stuck delivery).
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -184,6 +185,7 @@ class _App:
         self.active = True
         self.flow_control = SimpleNamespace(is_active=lambda: self.active)
         self.consumer = SimpleNamespace(unacked=WeakSet())
+        self.monitor = SimpleNamespace(stream_inbound_time={})   # faust's Monitor keeps it per TP
 
 
 def test_the_agent_takes_whole_runs_queued_now_up_to_about_its_batch_and_waits_only_when_none_is():
@@ -206,6 +208,25 @@ def test_the_agent_takes_whole_runs_queued_now_up_to_about_its_batch_and_waits_o
     assert [_spans(b) for b in (first, second, third)] == [[(0, [0, 1, 2]), (3, [3, 4, 5])], [(6, [6, 7])],
                                                           [(8, [8])]]
     assert len(app.consumer.unacked) == 4 and all(run.tracked and not run.acked for run in first + second + third)
+
+
+def test_faust_watchdog_of_slow_streams_sees_when_the_agent_last_took_a_partitions_runs():
+    # faust's verify_event_path logs a lagging partition whose stream_inbound_time is missing as a
+    # stream that "has not started processing"; only the bypassed per-event path used to set it
+    other = TopicPartition("raw", 2)
+
+    async def main():
+        app, queue = _App(), RawQueue()
+        app.consumer_generation_id = 2
+        queue.put(runs_of(other, _records(0, partition=2), read=None, generation_id=1)[0])   # skipped: stale
+        queue.put(runs_of(RAW, _records(5), read=None, generation_id=2)[0])
+        before = time.monotonic()
+        await queue.take(app, 100)
+        return app, before
+
+    app, before = asyncio.run(main())
+    assert list(app.monitor.stream_inbound_time) == [RAW]
+    assert before <= app.monitor.stream_inbound_time[RAW] <= time.monotonic()
 
 
 def test_runs_of_an_older_generation_or_taken_while_the_flow_is_suspended_are_skipped_not_tracked():
