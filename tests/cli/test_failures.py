@@ -104,8 +104,16 @@ def test_a_service_waits_broker_wait_seconds_for_its_broker_then_says_there_is_n
     assert all("trying again in" in w for w in waits) and len(waits) <= 3, err
 
 
+def _as_from_a_terminal():
+    # Ctrl-C as a terminal delivers it: a test run started in the background by a shell without job
+    # control (nohup ... &, a CI runner) has SIGINT ignored, children inherit that, and Python then
+    # keeps ignoring it (as a command started so must)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(args, after: float):
-    proc = subprocess.Popen([*WORKLOADMAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*WORKLOADMAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
     time.sleep(after)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
