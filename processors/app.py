@@ -300,6 +300,12 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # below its CPU's pace, 16 MiB does not (bench/RESULTS.md)
         consumer_max_fetch_size=16 << 20,
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
+        # no standby partitions: they serve table changelogs, and this app has no table.  faust's
+        # assignor gives standbys of every topic, the raw topic included, and does not stop the
+        # transactional producer of a partition that was active and stays as a standby: assigned
+        # again, the worker went on with that stale producer, long fenced by the partition's
+        # owner since, and lost its first transaction
+        table_standby_replicas=0,
     )
     app.transport.Consumer = RawConsumer.for_topic(settings.raw_topic)   # this app's transport only (consuming.py)
     app.transport.Producer = OutputProducer   # (sending.py)
@@ -390,8 +396,7 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
 
         def ack(runs):
             # the runs of a partition whose transaction was lost are not acked: processed again (sending.py)
-            dropped = outputs.take_dropped()
-            ack_batches(consumer, current(app, runs, dropped) if dropped else runs)
+            ack_batches(consumer, current(app, runs, outputs.take_dropped(), acking=True))
 
         pipeline = OutputPipeline(outputs, ack, app.crash, MAX_UNSENT)
         pipeline.start()

@@ -205,13 +205,19 @@ def stream_in(app, runs: list[RawBatch]) -> None:
         inbound[run.tp] = now
 
 
-def current(app, runs: list[RawBatch], dropped=frozenset()) -> list[RawBatch]:
+def current(app, runs: list[RawBatch], dropped=frozenset(), acking: bool = False) -> list[RawBatch]:
     """The runs of a batch still of the consumer's generation, with the flow active, and not of a
     `dropped` raw partition (its transaction lost: sending.py): a rebalance may have happened
     while the batch waited.  The others are skipped as ``RawQueue.take`` skips them (not acked),
-    and no longer tracked as unacked, so that no rebalance or stop waits for them."""
+    and no longer tracked as unacked, so that no rebalance or stop waits for them.
+
+    `acking`: the runs are to be acked, their outputs sent.  A run of the generation counts
+    while the flow is suspended (a rebalance waits for its ack, then commits it), but a run of
+    an older generation never does: its partition may have been assigned again since, with its
+    state rebuilt from the commits and its events read again from the committed offset, and an
+    ack would let a commit carry offsets whose outputs went into a transaction given up."""
     generation = app.consumer_generation_id
-    active = app.flow_control.is_active()
+    active = acking or app.flow_control.is_active()
     if not dropped and active and all(run.generation_id == generation for run in runs):
         return runs
     unacked = app.consumer.unacked

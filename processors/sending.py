@@ -74,6 +74,7 @@ import contextlib
 import functools
 import logging
 import time
+import weakref
 from typing import NamedTuple
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -81,6 +82,16 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from workloadmap.catalog import records as records_module
 
 log = logging.getLogger(__name__)
+
+# seconds a step of a partition's transaction commit (offsets in, end, next begin) may take: past
+# that the partition is given up (``OutputProducer.unless_given_up``).  A commit takes milliseconds
+# and rides out a broker restart of some seconds; the broker aborts a transaction open longer than
+# its timeout (aiokafka's 60 s) anyway
+TRANSACTION_STEP_WITHIN = 30.0
+
+
+class GivenUp(Exception):
+    """A step of a partition's transaction did not end: its producer was given up, or it took too long."""
 
 
 class OutputProducer(faust_aiokafka.Producer):
@@ -95,9 +106,13 @@ class OutputProducer(faust_aiokafka.Producer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.track_losses()
+
+    def track_losses(self) -> None:
         self.lost: dict[str, str] = {}   # transactional id -> why, until the next assignment takes it
         self.lost_at = 0.0   # when the first of them was lost (monotonic)
         self._stopping: set[asyncio.Task] = set()
+        self._given_up: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # producer -> future (lose)
 
     async def commit_transactions(self, tid_to_offset_map, group_id, start_new_transaction=True) -> None:
         await asyncio.gather(*(self._commit_transaction(tid, offsets, group_id, start_new_transaction)
@@ -108,17 +123,57 @@ class OutputProducer(faust_aiokafka.Producer):
             return   # its offsets commit after the rebalance, from whoever owns the partition then
         lock = self._trn_locks.get(transactional_id)
         async with lock or contextlib.nullcontext():
+            if transactional_id in self.lost:
+                return   # lost while this waited for the lock
             producer = self._transaction_producers.get(transactional_id)
             if producer is None:
                 log.warning("commit invoked for unknown transaction %s", transactional_id)
                 return
             try:
-                await producer.send_offsets_to_transaction(offsets, group_id)
-                await producer.commit_transaction()
+                await self.unless_given_up(producer, producer.send_offsets_to_transaction(offsets, group_id),
+                                           within=TRANSACTION_STEP_WITHIN)
+                await self.unless_given_up(producer, producer.commit_transaction(), within=TRANSACTION_STEP_WITHIN)
                 if start_new_transaction:
-                    await producer.begin_transaction()
+                    await self.unless_given_up(producer, producer.begin_transaction(), within=TRANSACTION_STEP_WITHIN)
             except Exception as exc:   # noqa: BLE001 - fenced, aborted, broker errors: the partition is given up
                 self.lose(transactional_id, exc, producer)
+
+    async def unless_given_up(self, producer, step, within: float | None = None):
+        """Await `step` (a coroutine using `producer`) unless `producer` is given up meanwhile (``lose``),
+        or, with `within`, the step lasts longer than that many seconds: then raise ``GivenUp``.
+
+        Why: a step of a given-up producer may never end.  ``lose`` stops the producer, and
+        aiokafka, when its sender task is cancelled, leaves pending what waited on it (a
+        transaction's end, offsets sent into it, a batch's room); a commit waiting there held
+        its partition's lock, and faust's next commits wait for the one under way, so the
+        worker committed nothing more, and a send waiting for that lock kept its events
+        unacked, which a rebalance then waited for.  The bound covers what no error ends (a
+        request retried without end): its partition is given up and processed again."""
+        given_up = self._given_up.get(producer)
+        if given_up is None:
+            given_up = self._given_up[producer] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(step)
+        try:
+            done, _ = await asyncio.wait((task, given_up), timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise GivenUp("its producer was given up" if given_up.done() else f"not done within {within:g} s")
+
+    async def stop_transaction(self, transactional_id: str) -> None:
+        """faust stops a revoked partition's producer: what waits on it gives up (unless_given_up)."""
+        producer = self._transaction_producers.get(transactional_id)
+        if producer is not None:
+            self._give_up(producer)
+        await super().stop_transaction(transactional_id)
+
+    def _give_up(self, producer) -> None:
+        given_up = self._given_up.pop(producer, None)
+        if given_up is not None and not given_up.done():
+            given_up.set_result(None)
 
     def lose(self, transactional_id: str, why, producer=None) -> None:
         """Give up the transaction of one partition (see the module docstring): its producer is
@@ -126,7 +181,7 @@ class OutputProducer(faust_aiokafka.Producer):
         With `producer`, only if that is still the partition's producer (a failure reported late by
         one given up earlier says nothing about the one a rebalance has started since)."""
         current = self._transaction_producers.get(transactional_id)
-        if transactional_id in self.lost or (producer is not None and current is not None and current is not producer):
+        if transactional_id in self.lost or (producer is not None and current is not producer):
             return
         if not self.lost:
             self.lost_at = time.monotonic()
@@ -135,6 +190,7 @@ class OutputProducer(faust_aiokafka.Producer):
                     "after a rebalance", transactional_id, self.lost[transactional_id])
         producer = self._transaction_producers.pop(transactional_id, None)
         if producer is not None:
+            self._give_up(producer)   # what waits on it gives up (unless_given_up)
             task = asyncio.ensure_future(_stopping(producer))
             self._stopping.add(task)
             task.add_done_callback(self._stopping.discard)
@@ -307,15 +363,25 @@ class OutputBatches:
             if transactional_id is None:
                 await self._send(self._producer._ensure_producer(), batches, None)
                 continue
-            async with self._producer._trn_locks.get(transactional_id) or contextlib.nullcontext():
-                producer = self._transactional(transactional_id, sending=True)
-                if producer is None or not await self._send(producer, batches, transactional_id):
-                    self._dropped.add(partition)
+            producer = self._transactional(transactional_id, sending=False)
+            try:
+                sent = producer is not None and await self._producer.unless_given_up(
+                    producer, self._send_in_transaction(transactional_id, batches))
+            except GivenUp:
+                sent = False
+            if not sent:
+                self._dropped.add(partition)
         dropped, self._dropped = self._dropped, set()
         if self.exactly_once:
             dropped |= self._producer.lost_partitions()
         self._last_dropped = dropped
         return dropped
+
+    async def _send_in_transaction(self, transactional_id: str, batches) -> bool:
+        """A partition's batches, under one hold of its lock, into its transaction; whether they went in."""
+        async with self._producer._trn_locks.get(transactional_id) or contextlib.nullcontext():
+            producer = self._transactional(transactional_id, sending=True)
+            return producer is not None and await self._send(producer, batches, transactional_id)
 
     def take_dropped(self) -> set[int]:
         """What the last ``send()`` returned, once (for the acks that follow it)."""

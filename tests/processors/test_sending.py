@@ -12,7 +12,41 @@ from __future__ import annotations
 
 import asyncio
 
-from workloadmap.processors.sending import OutputProducer
+import weakref
+from types import SimpleNamespace
+
+import pytest
+
+from workloadmap.processors import sending
+from workloadmap.processors.sending import OutputBatches, OutputProducer, OutputTopics
+
+
+def _bare_producer(producers: dict) -> OutputProducer:
+    """An OutputProducer over stand-ins for aiokafka's transactional producers (transactional id ->
+    producer), with only what committing, sending and losing read."""
+    producer = object.__new__(OutputProducer)
+    producer.track_losses()
+    producer.app = None   # request_rebalance finds no consumer: it logs and goes on
+    producer._trn_locks = {tid: asyncio.Lock() for tid in producers}
+    producer._transaction_producers = dict(producers)
+    return producer
+
+
+class Stuck:
+    """A transactional producer whose every request waits for good: what aiokafka's does once it is
+    stopped (its sender and metadata tasks cancelled, their waiters never resolved)."""
+
+    def __init__(self):
+        self._txn_manager = SimpleNamespace(is_in_transaction=lambda: True, state=SimpleNamespace(name="READY"))
+        self.stopped = False
+
+    async def _forever(self, *args, **kwargs):
+        await asyncio.get_running_loop().create_future()
+
+    send_batch = send_offsets_to_transaction = commit_transaction = begin_transaction = _forever
+
+    async def stop(self):
+        self.stopped = True
 
 
 def test_the_output_producer_commits_the_partitions_transactions_concurrently():
@@ -40,7 +74,7 @@ def test_the_output_producer_commits_the_partitions_transactions_concurrently():
     async def main():
         log = []
         producer = object.__new__(OutputProducer)   # only what commit_transactions reads
-        producer.lost = {}
+        producer.track_losses()
         producer._trn_locks = {tid: asyncio.Lock() for tid in ("app-0", "app-1", "app-2", "gone")}
         producer._transaction_producers = {tid: Transactional(log, tid) for tid in ("app-0", "app-1", "app-2")}
         await producer.commit_transactions({f"app-{p}": {("raw", p): 10 + p} for p in range(3)} | {"gone": {}},
@@ -115,10 +149,7 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
     transitions' batch into the next, which the crash aborted; the events, processed again, were
     duplicates of their committed records.  So a partition's batches are sent under one hold of
     its lock, and a commit waiting for that lock runs before or after all of them."""
-    from types import SimpleNamespace
-
     from workloadmap.processors.processing import Outputs
-    from workloadmap.processors.sending import OutputBatches, OutputTopics
 
     class Builder:
         def append(self, key, value, timestamp):
@@ -144,8 +175,8 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
 
         locks = {tid: asyncio.Lock() for tid in transaction}
         outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True, topics=topics)
-        outputs._producer = SimpleNamespace(_trn_locks=locks, lost={}, lost_partitions=set,
-                                            _transaction_producers={t: Transactional(t) for t in transaction})
+        outputs._producer = _bare_producer({t: Transactional(t) for t in transaction})
+        outputs._producer._trn_locks = locks
         outputs._transactional_id = lambda partition: f"app-{partition}"
         outputs._new_batch = lambda partition: Builder()
         outputs.add_batch({p: Outputs(records=[(b"k", b"r")], transitions=[(b"k", b"t")], pods=[(b"k", b"p")],
@@ -165,3 +196,89 @@ def test_all_the_outputs_of_a_partitions_batch_go_into_one_transaction_whatever_
         (p, t) for p in (0, 1) for t in ("records", "transitions", "pods", "state"))
     for p in (0, 1):
         assert len({n for q, _, n in sent if q == p}) == 1, f"partition {p}'s outputs in several transactions: {sent}"
+
+
+def test_a_send_waiting_on_a_producer_given_up_lets_go_and_drops_the_partition():
+    """A worker's send waited for good on a producer given up meanwhile (fenced after a takeover:
+    aiokafka, once stopped, never answers what waited on it); its events stayed unacked and the
+    rebalance it had asked for waited for them, so the worker stopped.  The send now lets go of a
+    given-up producer: the partition's events are not acked (processed again after the rebalance)."""
+    from workloadmap.processors.processing import Outputs
+
+    topics = OutputTopics("records", "transitions", "dead", "definitions", pods="pods", state="state")
+
+    async def main():
+        stuck, fine = Stuck(), Stuck()
+        delivered = asyncio.get_running_loop().create_future()
+        delivered.set_result(None)
+
+        async def send_at_once(batch, topic, partition):
+            return delivered
+
+        fine.send_batch = send_at_once
+        outputs = OutputBatches(app=None, raw_topic="raw", exactly_once=True, topics=topics)
+        outputs._producer = _bare_producer({"app-0": stuck, "app-1": fine})
+        outputs._transactional_id = lambda partition: f"app-{partition}"
+        outputs._new_batch = lambda partition: SimpleNamespace(append=lambda **kw: object())
+        outputs.add_batch({p: Outputs(records=[(b"k", b"r")]) for p in (0, 1)})
+        sending_ = asyncio.ensure_future(outputs.send())
+        await asyncio.sleep(0.05)
+        assert not sending_.done(), "partition 0's send waits on its producer"
+        outputs._producer.lose("app-0", "fenced", stuck)
+        dropped = await asyncio.wait_for(sending_, 5)
+        await asyncio.sleep(0)   # the given-up producer's stop runs
+        return dropped, stuck, outputs
+
+    dropped, stuck, outputs = asyncio.run(main())
+    assert dropped == {0}
+    assert outputs.take_dropped() == {0}
+    assert stuck.stopped
+
+
+def test_a_commit_step_that_never_ends_gives_its_partition_up(monkeypatch):
+    """A commit waiting for good held its partition's lock, and faust's next commits waited for it:
+    the worker committed nothing more.  A step that outlasts its bound gives the partition up; the
+    other partitions commit."""
+    monkeypatch.setattr(sending, "TRANSACTION_STEP_WITHIN", 0.1)
+    done = []
+
+    class Fine(Stuck):
+        async def send_offsets_to_transaction(self, offsets, group_id):
+            done.append("offsets")
+
+        async def commit_transaction(self):
+            done.append("commit")
+
+        async def begin_transaction(self):
+            done.append("begin")
+
+    async def main():
+        producer = _bare_producer({"app-0": Stuck(), "app-1": Fine()})
+        await asyncio.wait_for(producer.commit_transactions({"app-0": {("raw", 0): 5}, "app-1": {("raw", 1): 7}},
+                                                            "group"), 5)
+        lock_free = not producer._trn_locks["app-0"].locked()
+        return producer, lock_free
+
+    producer, lock_free = asyncio.run(main())
+    assert set(producer.lost) == {"app-0"} and "not done within 0.1 s" in producer.lost["app-0"]
+    assert producer.lost_partitions() == {0}
+    assert lock_free
+    assert done == ["offsets", "commit", "begin"]
+
+
+def test_a_revoked_partitions_commit_under_way_lets_go_when_faust_stops_its_producer():
+    """faust stops a revoked partition's producer at the assignment, whatever waits on it: a commit
+    under way lets go (the partition is not lost: it is gone, its events are its new owner's)."""
+
+    async def main():
+        stuck = Stuck()
+        producer = _bare_producer({"app-0": stuck})
+        committing = asyncio.ensure_future(producer.commit_transactions({"app-0": {("raw", 0): 5}}, "group"))
+        await asyncio.sleep(0.05)
+        await producer.stop_transaction("app-0")
+        await asyncio.wait_for(committing, 5)
+        return producer, stuck
+
+    producer, stuck = asyncio.run(main())
+    assert producer.lost == {} and stuck.stopped
+    assert "app-0" not in producer._transaction_producers
