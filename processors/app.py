@@ -61,6 +61,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import faust
+from faust.assignor import PartitionAssignor
 from kafka.errors import KafkaError
 
 from workloadmap.catalog import records
@@ -263,6 +264,22 @@ def _kafka_python_security(security: dict) -> dict:
                      "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
 
+class ActiveOnlyAssignor(PartitionAssignor):
+    """faust's partition assignor, without standby partitions.
+
+    Standbys serve table changelogs, and this app has no table; but faust's assignor gives
+    standbys of every topic, the raw topic included (``table_standby_replicas``, 1 by default),
+    and faust's transactions do not stop the producer of a partition that goes from active to
+    standby.  Assigned that partition again, a worker went on with that stale producer, fenced
+    long before by the partition's owner meanwhile: its first commit failed and the partition was
+    given up again, and a standby's fetches were wasted.  Not ``table_standby_replicas=0``: faust
+    then falls back to aiokafka's round-robin assignor, which its exactly-once transactions cannot
+    work with (they map partitions to transactional ids through this assignor's topic groups)."""
+
+    def __init__(self, app, replicas: int = 0) -> None:
+        super().__init__(app, replicas=0)
+
+
 def create_app(settings: WorkerSettings, processor: Processor | None = None) -> faust.App:
     processor = processor or Processor(kind_wait=KIND_WAIT)
     # faust wants a data directory (for local table stores); this app keeps its state in
@@ -300,12 +317,7 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
         # below its CPU's pace, 16 MiB does not (bench/RESULTS.md)
         consumer_max_fetch_size=16 << 20,
         broker_session_timeout=15.0,  # a killed worker's partitions move on after 15 s, not 60
-        # no standby partitions: they serve table changelogs, and this app has no table.  faust's
-        # assignor gives standbys of every topic, the raw topic included, and does not stop the
-        # transactional producer of a partition that was active and stays as a standby: assigned
-        # again, the worker went on with that stale producer, long fenced by the partition's
-        # owner since, and lost its first transaction
-        table_standby_replicas=0,
+        PartitionAssignor=ActiveOnlyAssignor,
     )
     app.transport.Consumer = RawConsumer.for_topic(settings.raw_topic)   # this app's transport only (consuming.py)
     app.transport.Producer = OutputProducer   # (sending.py)

@@ -268,6 +268,53 @@ def test_current_drops_the_runs_a_rebalance_made_stale_while_the_batch_waited():
     assert not app.consumer.unacked, "the stale run is no longer waited for"
 
 
+def test_runs_to_ack_count_while_a_rebalance_waits_for_them_but_never_from_an_older_generation():
+    """The sender acks a batch once its outputs are sent.  While a rebalance waits for those acks (the
+    flow suspended) they count, and the rebalance commits them; a run of an older generation (its
+    partition assigned again since, its events read again from the committed offset) or of a
+    partition whose transaction was lost never counts: an ack would let a commit carry offsets whose
+    outputs went into a transaction given up."""
+    async def main():
+        app, queue = _App(), RawQueue()
+        for partition in (0, 1):
+            queue.put(runs_of(TopicPartition("raw", partition), _records(0, 1), read=None, generation_id=1)[0])
+        batch = await queue.take(app, 100)
+        app.active = False                       # a rebalance began: it waits for the acks
+        during = current(app, batch, acking=True)
+        lost = current(app, batch, {1}, acking=True)
+        app.consumer_generation_id = 2           # the assignment after it
+        after = current(app, batch, acking=True)
+        return app, during, lost, after
+
+    app, during, lost, after = asyncio.run(main())
+    assert [r.tp.partition for r in during] == [0, 1]
+    assert [r.tp.partition for r in lost] == [0]
+    assert after == [] and not app.consumer.unacked
+
+
+def test_the_worker_assigns_no_standby_partitions():
+    """faust's assignor gave every worker standbys of the raw topic, and faust's transactions keep
+    the producer of a partition gone from active to standby: assigned it again, a worker used that
+    stale producer, fenced long before by the partition's owner meanwhile, and lost its first
+    transaction.  The app keeps faust's assignor (its topic groups name the transactional ids; with
+    no standbys configured faust would switch to round robin) without standbys."""
+    from faust.assignor.copartitioned_assignor import CopartitionedAssignor
+    from faust.assignor.cluster_assignment import ClusterAssignment
+    from faust.assignor.client_assignment import ClientAssignment
+
+    from workloadmap.processors.app import ActiveOnlyAssignor, WorkerSettings, create_app
+
+    app = create_app(WorkerSettings(bootstrap_servers="127.0.0.1:9"))
+    assert isinstance(app.assignor, ActiveOnlyAssignor) and app.conf.table_standby_replicas > 0
+    cluster = ClusterAssignment(subscriptions={"a": ["raw"], "b": ["raw"]},
+                                assignments={"a": ClientAssignment(actives={}, standbys={}),
+                                             "b": ClientAssignment(actives={}, standbys={})})
+    assigned = CopartitionedAssignor(topics={"raw"}, cluster_asgn=cluster.copartitioned_assignments({"raw"}),
+                                     num_partitions=3, replicas=app.assignor.replicas).get_assignment()
+    assert sorted(p for a in assigned.values() for p in a.actives) == [0, 1, 2]
+    assert all(not a.standbys for a in assigned.values())
+
+
 def _faust_consumer():
     """faust's Consumer with only its ack and commit bookkeeping (as Consumer.__init__ sets it)."""
     consumer = object.__new__(RawConsumer)
