@@ -62,6 +62,14 @@ committed offset, and the state is rebuilt from the committed outputs; so
 the events after the last commit are processed again, once, against the
 state those commits imply.
 
+What waited on a given-up producer lets go (``unless_given_up``): a send
+(its events are then not acked) and a commit step.  aiokafka, once a producer
+is stopped, never answers what waited on it; a send stuck there kept its
+events unacked and the rebalance asked for waited for them, and a commit stuck
+there held the partition's lock while faust's next commits waited for it: the
+worker stopped for good.  A commit step is also bounded in time, so that no
+retry without end holds the worker either.
+
 faust exposes no public per-partition producer, so this reads two attributes
 of faust-streaming's aiokafka Producer (pinned in pyproject.toml), and asks
 for the rebalance through its aiokafka consumer's group coordinator.
