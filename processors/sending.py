@@ -120,7 +120,8 @@ class OutputProducer(faust_aiokafka.Producer):
         self.lost: dict[str, str] = {}   # transactional id -> why, until the next assignment takes it
         self.lost_at = 0.0   # when the first of them was lost (monotonic)
         self._stopping: set[asyncio.Task] = set()
-        self._given_up: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # producer -> future (lose)
+        # producer -> a future done once it is given up (lose, stop_transaction): what waits on it lets go
+        self._given_up: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     async def commit_transactions(self, tid_to_offset_map, group_id, start_new_transaction=True) -> None:
         await asyncio.gather(*(self._commit_transaction(tid, offsets, group_id, start_new_transaction)
@@ -157,9 +158,10 @@ class OutputProducer(faust_aiokafka.Producer):
         worker committed nothing more, and a send waiting for that lock kept its events
         unacked, which a rebalance then waited for.  The bound covers what no error ends (a
         request retried without end): its partition is given up and processed again."""
-        given_up = self._given_up.get(producer)
-        if given_up is None:
-            given_up = self._given_up[producer] = asyncio.get_running_loop().create_future()
+        given_up = self._given_up_future(producer)
+        if given_up.done():
+            step.close()
+            raise GivenUp("its producer was given up")
         task = asyncio.ensure_future(step)
         try:
             done, _ = await asyncio.wait((task, given_up), timeout=within, return_when=asyncio.FIRST_COMPLETED)
@@ -171,6 +173,17 @@ class OutputProducer(faust_aiokafka.Producer):
         task.cancel()
         raise GivenUp("its producer was given up" if given_up.done() else f"not done within {within:g} s")
 
+    async def flush(self) -> None:
+        """faust's flush (a rebalance's, a stop's), over the producers of now: ``lose`` may drop one
+        while another flushes (faust iterated the live dict, and a worker crashed there), and a
+        given-up producer's flush may never end."""
+        await self.buffer.flush()
+        if self._producer is not None:
+            await self._producer.flush()
+        for producer in list(self._transaction_producers.values()):
+            with contextlib.suppress(GivenUp):
+                await self.unless_given_up(producer, producer.flush())
+
     async def stop_transaction(self, transactional_id: str) -> None:
         """faust stops a revoked partition's producer: what waits on it gives up (unless_given_up)."""
         producer = self._transaction_producers.get(transactional_id)
@@ -178,9 +191,15 @@ class OutputProducer(faust_aiokafka.Producer):
             self._give_up(producer)
         await super().stop_transaction(transactional_id)
 
+    def _given_up_future(self, producer) -> asyncio.Future:
+        given_up = self._given_up.get(producer)
+        if given_up is None:
+            given_up = self._given_up[producer] = asyncio.get_running_loop().create_future()
+        return given_up
+
     def _give_up(self, producer) -> None:
-        given_up = self._given_up.pop(producer, None)
-        if given_up is not None and not given_up.done():
+        given_up = self._given_up_future(producer)
+        if not given_up.done():
             given_up.set_result(None)
 
     def lose(self, transactional_id: str, why, producer=None) -> None:

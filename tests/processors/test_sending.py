@@ -282,3 +282,30 @@ def test_a_revoked_partitions_commit_under_way_lets_go_when_faust_stops_its_prod
     producer, stuck = asyncio.run(main())
     assert producer.lost == {} and stuck.stopped
     assert "app-0" not in producer._transaction_producers
+
+
+def test_a_flush_goes_on_when_a_producer_is_given_up_meanwhile():
+    """A rebalance flushes every producer; a worker crashed there ("dictionary changed size during
+    iteration") when a transaction was lost during the flush, and a given-up producer's flush never
+    ends.  The flush goes over the producers of its start and lets go of a given-up one."""
+
+    class Flushing(Stuck):
+        async def flush(self):
+            await asyncio.sleep(0.05)
+
+    class StuckFlush(Stuck):
+        flush = Stuck._forever
+
+    async def main():
+        stuck = StuckFlush()
+        producer = _bare_producer({"app-0": Flushing(), "app-1": stuck, "app-2": Flushing()})
+        producer.buffer = SimpleNamespace(flush=Flushing().flush)
+        producer._producer = None
+        flushing = asyncio.ensure_future(producer.flush())
+        await asyncio.sleep(0.08)   # app-0's flush is done, app-1's waits
+        producer.lose("app-1", "fenced", stuck)
+        await asyncio.wait_for(flushing, 5)
+        return producer
+
+    producer = asyncio.run(main())
+    assert set(producer._transaction_producers) == {"app-0", "app-2"}
