@@ -34,7 +34,8 @@ fetched batch at a time instead of one faust event at a time (bench/RESULTS.md).
    skipped, not delivered, as faust's ``getmany`` skips it, and faust seeks
    the partitions back to their committed offsets; a run waiting for room in
    the queue is abandoned when the flow is suspended (the stuck delivery
-   faust abandons).  When the agent takes a run, a run of an older generation
+   faust abandons).  Unlike faust, what is skipped is first put back
+   (``rewind``): a partition with no commit yet is not moved by faust's seek.  When the agent takes a run, a run of an older generation
    or taken while the flow is suspended is skipped and not acked (it comes
    again from the committed offset after the rebalance: acking it could let a
    commit carry its offsets before their outputs); a taken run is tracked in
@@ -274,6 +275,27 @@ def runs_of(tp, records: list, read: int | None, generation_id: int, max_run: in
     return runs
 
 
+async def rewind(consumer, spans: dict) -> None:
+    """In the consumer's thread: each partition's position back to `first` of its span (first, last)
+    of fetched records that were not delivered, if the position is still past them (a rebalance since
+    gave the partition a fresh position: it is left alone).
+
+    Why: records fetched while a rebalance stops the flow (or while their partition is paused, or
+    abandoned waiting for room) are not delivered, and the fetch moved the position past them.  faust
+    then seeks the partitions to their committed offsets, which puts them back only where there is a
+    commit: a partition its previous owner never committed (killed before its first commit) stayed
+    past records nobody had read, and after a takeover its events were never processed."""
+    assignment = consumer._subscription.subscription.assignment if consumer._subscription.subscription else None
+    if assignment is None:
+        return
+    for tp, (first, last) in spans.items():
+        if tp not in assignment.tps:
+            continue
+        state = assignment.state_value(tp)
+        if state.has_valid_position and state.position > last:
+            consumer.seek(tp, first)
+
+
 class RawConsumer(faust_aiokafka.Consumer):
     """faust's aiokafka consumer; see the module docstring for what differs and why.  The raw
     topic is set by ``for_topic`` (app.py)."""
@@ -310,17 +332,22 @@ class RawConsumer(faust_aiokafka.Consumer):
                 if records is None or self.should_stop:
                     continue
                 if not self.flow_active:
-                    # as faust's getmany: fetched while a rebalance stopped the flow
+                    # as faust's getmany: fetched while a rebalance stopped the flow; put back first,
+                    # then the partitions that have a commit are sought to it
+                    await self._unfetch(records)
                     try:
                         await self.perform_seek()
                     except Exception as exc:  # noqa: BLE001 - as faust: logged, the loop goes on
                         self.log.warning(f"exception performing seek when flow not active {exc}")
                     continue
-                for tp, tp_records in records.items():
+                fetched = list(records.items())
+                for i, (tp, tp_records) in enumerate(fetched):
                     if not self.flow_active or app.consumer_generation_id != generation:
-                        break   # a rebalance began: the rest is fetched again from the committed offsets
+                        await self._unfetch(dict(fetched[i:]))   # a rebalance began
+                        break
                     if not (active_partitions is None or tp in active_partitions
                             or tp in self._buffered_partitions):
+                        await self._unfetch({tp: tp_records})
                         continue
                     app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                     if tp.topic != raw_topic:
@@ -333,7 +360,10 @@ class RawConsumer(faust_aiokafka.Consumer):
                         if not queue.has_room():
                             await self.wait_first(queue.wait_for_room(), self.suspend_flow.wait())
                             if not self.flow_active:
-                                break   # abandoned, as faust abandons a stuck delivery
+                                # abandoned, as faust abandons a stuck delivery: put back
+                                rest = [r for r in tp_records if r.offset >= run.records[0].offset]
+                                await self._unfetch({tp: rest, **dict(fetched[i + 1:])})
+                                break
                         queue.put(run)
                         read_offsets[tp] = run.last
                 self.diag.unset_flag(CONSUMER_FETCHING)
@@ -349,6 +379,16 @@ class RawConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _unfetch(self, records) -> None:
+        """Put back fetched records that are not delivered: each partition's position back to the first
+        of them (see ``rewind``)."""
+        spans = {tp: (rs[0].offset, rs[-1].offset) for tp, rs in records.items() if rs}
+        if spans:
+            try:
+                await self._thread.call_thread(rewind, self._thread._ensure_consumer(), spans)
+            except Exception as exc:  # noqa: BLE001 - stopping: nothing more is read anyway
+                self.log.warning(f"fetched records not put back: {exc!r}")
 
     async def _deliver_each(self, tp, records) -> None:  # pragma: no cover - faust's own topics
         """faust's per-message delivery, for the records of a topic other than the raw topic."""

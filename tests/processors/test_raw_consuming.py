@@ -315,6 +315,31 @@ def test_the_worker_assigns_no_standby_partitions():
     assert all(not a.standbys for a in assigned.values())
 
 
+def test_fetched_records_not_delivered_are_put_back_unless_a_rebalance_moved_their_partition_since():
+    """A takeover test lost a killed peer's partitions for good: the survivor's fetch of them, in
+    flight across the rebalance, came back while the flow was still stopped, was dropped, and faust's
+    seek to the committed offsets did not move them back, as the peer had committed nothing.  The
+    position of a partition whose fetched records are not delivered goes back to the first of them,
+    unless it no longer stands past them (a rebalance gave it a fresh position since)."""
+    from aiokafka.consumer.subscription_state import SubscriptionState
+
+    from workloadmap.processors.consuming import rewind
+
+    async def main():
+        subscription = SubscriptionState()
+        tps = [TopicPartition("raw", p) for p in range(4)]
+        subscription.assign_from_user(tps[:3])
+        consumer = SimpleNamespace(_subscription=subscription, seek=subscription.seek)
+        subscription.seek(tps[0], 512)    # fetched 0..511: past them
+        subscription.seek(tps[1], 40)     # a fresh position, before them (committed at 40)
+        subscription.seek(tps[2], 90)     # fetched 70..79, then past transaction markers up to 90
+        await rewind(consumer, {tps[0]: (0, 511), tps[1]: (60, 99), tps[2]: (70, 79), tps[3]: (5, 9)})
+        state = subscription.subscription.assignment.state_value
+        return [state(tp).position for tp in tps[:3]]
+
+    assert asyncio.run(main()) == [0, 40, 70]
+
+
 def _faust_consumer():
     """faust's Consumer with only its ack and commit bookkeeping (as Consumer.__init__ sets it)."""
     consumer = object.__new__(RawConsumer)
