@@ -49,19 +49,23 @@ class Steadily:
     def __init__(self, p: Pipeline, messages, rate: float = 300.0):
         self.p, self.messages, self.rate = p, messages, rate
         self.sent = 0
+        self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        start = time.monotonic()
-        with KafkaPublisher(self.p.bootstrap, topic=self.p.topic("raw")) as publisher:
-            for key, value, _ in self.messages:
-                due = start + self.sent / self.rate
-                if due > time.monotonic():
-                    time.sleep(due - time.monotonic())
-                publisher.publish_raw(key, value)
-                self.sent += 1
-            publisher.flush()
+        try:
+            start = time.monotonic()
+            with KafkaPublisher(self.p.bootstrap, topic=self.p.topic("raw")) as publisher:
+                for key, value, _ in self.messages:
+                    wait = start + self.sent / self.rate - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                    publisher.publish_raw(key, value)
+                    self.sent += 1
+                publisher.flush()
+        except BaseException as exc:   # noqa: BLE001 - reported by join(): a thread's error is only printed
+            self.error = exc
 
     def wait_until(self, sent: int) -> None:
         while self.sent < sent and self.thread.is_alive():
@@ -70,6 +74,8 @@ class Steadily:
     def join(self) -> None:
         self.thread.join(300)
         assert not self.thread.is_alive(), "the publisher did not finish"
+        assert self.error is None, f"the publisher failed after {self.sent} messages: {self.error!r}"
+        assert self.sent == len(self.messages)
 
 
 def _two_workers(p: Pipeline) -> None:
