@@ -35,7 +35,8 @@ fetched batch at a time instead of one faust event at a time (bench/RESULTS.md).
    the partitions back to their committed offsets; a run waiting for room in
    the queue is abandoned when the flow is suspended (the stuck delivery
    faust abandons).  Unlike faust, what is skipped is first put back
-   (``rewind``): a partition with no commit yet is not moved by faust's seek.  When the agent takes a run, a run of an older generation
+   (``rewind``): a partition with no commit yet is not moved by faust's seek.
+   When the agent takes a run, a run of an older generation
    or taken while the flow is suspended is skipped and not acked (it comes
    again from the committed offset after the rebalance: acking it could let a
    commit carry its offsets before their outputs); a taken run is tracked in

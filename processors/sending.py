@@ -140,12 +140,11 @@ class OutputProducer(faust_aiokafka.Producer):
             if producer is None:
                 log.warning("commit invoked for unknown transaction %s", transactional_id)
                 return
+            steps = [functools.partial(producer.send_offsets_to_transaction, offsets, group_id),
+                     producer.commit_transaction] + ([producer.begin_transaction] if start_new_transaction else [])
             try:
-                await self.unless_given_up(producer, producer.send_offsets_to_transaction(offsets, group_id),
-                                           within=TRANSACTION_STEP_WITHIN)
-                await self.unless_given_up(producer, producer.commit_transaction(), within=TRANSACTION_STEP_WITHIN)
-                if start_new_transaction:
-                    await self.unless_given_up(producer, producer.begin_transaction(), within=TRANSACTION_STEP_WITHIN)
+                for step in steps:
+                    await self.unless_given_up(producer, step(), within=TRANSACTION_STEP_WITHIN)
             except Exception as exc:   # noqa: BLE001 - fenced, aborted, broker errors: the partition is given up
                 self.lose(transactional_id, exc, producer)
 
