@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import logging
 import time
@@ -180,32 +178,19 @@ class PartitionStates:
         self.recovered.update(read)
 
 
-def _load_malloc_trim():
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):   # not glibc (musl, macOS): nothing to trim with
-        return None
+def collect_what_was_given_back() -> None:
+    """Collect the garbage after a rebalance that changed what this worker holds.
 
-
-_malloc_trim = _load_malloc_trim()
-
-
-def give_memory_back() -> None:
-    """Collect the garbage, then hand the C heap's free pages back to the operating system.
-
-    Why, after a rebalance: the partitions a worker gives up free their stores and the
-    resolver's trees of their objects, and a recovery frees what it read (every state message
-    of a partition, as bytes and decoded) once the store is built; those are millions of small
-    objects.  CPython frees them into its own arenas and into glibc's heap, and neither goes
-    back to the OS while anything small lives above it, so a worker that once took over a
-    killed peer's partitions kept that RSS after giving them back.  ``malloc_trim(0)`` releases
-    every whole free page of glibc's heaps (a no-op elsewhere).  Why not per batch: a
-    collection walks every tracked object (the state is millions of them; the worker collects
-    rarely on purpose: running.collect_garbage_rarely), and trimming returns pages the next
-    batches take again; the live set changes size only when the partitions change."""
+    Why: the partitions a worker gives up free their stores and the resolver's trees of their
+    objects, and a recovery frees what it read (every state message of a partition, as bytes and
+    decoded) once the store is built; those are millions of small objects, some in cycles that
+    only a collection frees (the worker collects rarely on purpose:
+    running.collect_garbage_rarely).  What they free goes back to glibc's heap, and from there to
+    the operating system by the process's heap trimming (workloadmap/trimming.py), so a worker that
+    once took over a killed peer's partitions does not keep that RSS after giving them back.  Not
+    per batch: a collection walks every tracked object, and the live set changes size only when
+    the partitions change."""
     gc.collect()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 class ClusterDefinitions:
@@ -378,7 +363,7 @@ def create_app(settings: WorkerSettings, processor: Processor | None = None) -> 
             await asyncio.get_running_loop().run_in_executor(None, states.recover, fresh)
         await read_definitions()
         if gone or fresh:
-            give_memory_back()   # once per rebalance that changed what this worker holds
+            collect_what_was_given_back()   # once per rebalance that changed what this worker holds
             held, cached = states.held(), processor.cached_uids()
             log.warning("raw partitions %s held: %s entries (%s); objects with component trees: %s, "
                         "of other partitions: %s", sorted(held), sum(held.values()),

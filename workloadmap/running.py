@@ -5,9 +5,10 @@ import each other (ingest, processors and warehouse meet only through Kafka
 topics and the record format), plus what a long-running process needs
 around them: the topics created when missing, a graceful stop on SIGTERM or
 SIGINT, Kafka clients' logs kept quiet, the cyclic garbage collector tuned
-for a stream of short-lived JSON values.  The command line (`workloadmap run
-...`) only parses arguments and reports; a program can run the same
-services by calling these functions with a ``settings.Settings``.
+for a stream of short-lived JSON values, the heap a backlog freed handed back
+(trimming.py).  The command line (`workloadmap run ...`) only parses
+arguments and reports; a program can run the same services by calling these
+functions with a ``settings.Settings``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from workloadmap.warehouse.writing import Warehouse, WriteResult, check_memory_l
 
 from .embedding import EmbeddedPipeline
 from .settings import BrokerUnavailable, Settings, wait_for_broker
+from .trimming import trim_heap_in_the_background
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,7 @@ def run_processors(settings: Settings) -> None:
     ))
     quiet_kafka_logs()
     collect_garbage_rarely()
+    trim_heap_in_the_background()
 
     class Worker(faust.Worker):
         def _schedule_shutdown(self, signal) -> None:
@@ -250,6 +253,7 @@ def run_exporter(settings: Settings, address: str, *, pod_series: bool = True, s
     stop = stop or stop_on_signals()
     exporter = start_exporter(settings, address, pod_series=pod_series, started=started)
     collect_garbage_rarely()
+    trim_heap_in_the_background()
     try:
         while not stop.wait(0.5) and exporter.thread.is_alive():
             pass
@@ -323,6 +327,7 @@ def run_warehouse(settings: Settings, *, snapshot_path: str | None = None, snaps
         nodes_topic=settings.nodes_topic, snapshot_path=snapshot_path, snapshot_every_s=snapshot_every,
         between_batches=None if reads is None else reads.answer)
     collect_garbage_rarely()
+    trim_heap_in_the_background()
     try:
         return writer.run(stop)
     finally:
@@ -387,6 +392,7 @@ def run_watchers(settings: Settings, clusters: list[Cluster], catalog: Catalog, 
         target += f"; reads at http://{serve}/api/v1"
     started(target)
     collect_garbage_rarely()   # a relist parses pages of hundreds of objects while the tracked set grows
+    trim_heap_in_the_background()
     try:
         with watching:
             while not stop.wait(0.5 if reads is None else 0.1):
