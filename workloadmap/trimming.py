@@ -14,7 +14,8 @@ trim the same pages again and again (``malloc_trim`` walks every free chunk of e
 arena locked meanwhile: tens of milliseconds on a heap a backlog fragmented).
 
 Not glibc (musl, macOS: ``mallinfo2`` or ``malloc_trim`` missing), there is nothing to trim with
-and nothing starts.  DuckDB's own allocations are bounded by its memory limit, not trimmed here.
+and nothing starts.  The writer's DuckDB allocates from the same heap: what it holds is bounded by
+its memory limit, what it frees is trimmed with the rest.
 """
 
 from __future__ import annotations
