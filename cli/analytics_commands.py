@@ -20,7 +20,8 @@ from workloadmap.warehouse.querying import (
     EmptyHistory, QueryError, ReadOnlyViolation, WarehouseUnavailable, run_sql)
 from workloadmap.warehouse.values import jsonable, number, parse_step
 
-from .options import Instant, connect, duckdb_option, filter_options, from_options, settings_options, split_values
+from .options import (File, FilePath, Instant, connect, duckdb_option, filter_options, from_options, settings_options,
+                      split_values)
 from .outputs import duration, emit, fail, output_option, terminal_safe
 
 RESOURCES = {"gpus": ("GPUs", 1), "cpu": ("CPU cores", 1), "memory": ("memory GiB", 2 ** 30)}
@@ -297,7 +298,7 @@ def parse_param(text: str) -> tuple[str, object]:
 
 @click.command("query")
 @click.argument("sql", required=False)
-@click.option("--file", "-f", "sql_file", type=click.File("r", encoding="utf-8"), help="Read the SQL from a file ('-' is stdin).")
+@click.option("--file", "-f", "sql_file", type=File("r", encoding="utf-8"), help="Read the SQL from a file ('-' is stdin).")
 @click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Bind $NAME (repeatable): integers, numbers, true/false/null, else text.")
 @duckdb_option
@@ -386,7 +387,7 @@ def feed(from_beginning, follow, poll_interval, since, clusters, namespaces, kin
 
 
 @click.command("export")
-@click.option("--parquet", "parquet_dir", required=True, type=click.Path(file_okay=False),
+@click.option("--parquet", "parquet_dir", required=True, type=FilePath(file_okay=False),
               help="Directory to write: DIR/<table>/date=YYYY-MM-DD/cluster=NAME/*.parquet.")
 @click.option("--table", "tables", multiple=True,
               type=click.Choice(["workload_states", "status_intervals", "transitions"]),

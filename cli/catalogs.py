@@ -12,12 +12,13 @@ import click
 
 from workloadmap.catalog import Catalog, DefinitionError, GpuMatcher, Resolver
 
+from .options import FilePath
 from .outputs import EXIT_INVALID, error
 
 
 def catalog_options(f):
     """--definitions and --gpu-resource: the catalog a command reads through."""
-    f = click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
+    f = click.option("--definitions", "-d", "definition_files", multiple=True, type=FilePath(dir_okay=False),
                      help="Add definitions from a YAML file (repeatable); they override built-ins for the same kind.")(f)
     f = click.option("--gpu-resource", "gpu_resources", multiple=True, metavar="PATTERN",
                      help="Resource names counted as GPUs (glob, repeatable). "

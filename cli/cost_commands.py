@@ -21,7 +21,7 @@ from workloadmap.warehouse.querying import EmptyHistory, QueryError, history_end
 from workloadmap.warehouse.values import iso
 
 from . import cost_html
-from .options import Instant, connect, duckdb_option, invocation_now, split_values
+from .options import FilePath, Instant, connect, duckdb_option, invocation_now, split_values
 from .outputs import emit, fail, output_option
 
 STEPS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
@@ -274,7 +274,7 @@ def _allocation_charts(conn, report: costing.CostReport, step, periods, options)
                    "The first one stacks the HTML time chart.")
 @click.option("--step", type=click.Choice(sorted(STEPS)), default=None,
               help="One row per period (periods start at --since); default: the whole window.")
-@click.option("--pricing", "pricing_path", envvar="WORKLOADMAP_PRICING", type=click.Path(dir_okay=False),
+@click.option("--pricing", "pricing_path", envvar="WORKLOADMAP_PRICING", type=FilePath(dir_okay=False),
               help="Pricing file (YAML, see warehouse/pricing.example.yaml); without it, hours only.")
 @click.option("--basis", type=click.Choice(costing.BASES), default=costing.DEFAULT_BASIS, show_default=True,
               help="Bill what pods hold while bound to nodes (allocated), or what workloads request while "
@@ -288,7 +288,7 @@ def _allocation_charts(conn, report: costing.CostReport, step, periods, options)
 @click.option("--framework", "frameworks", multiple=True,
               help="Only these frameworks (as in the records: JobSet, Ray, ...).")
 @output_option("table", "json", "csv", "html", default="table")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+@click.option("--out", "out_path", type=FilePath(dir_okay=False),
               help="Write the output to this file instead of stdout (meant for -o html).")
 def cost(duckdb_path, since, until, by, step, pricing_path, basis, include_initializing, idle, clusters, namespaces,
          frameworks, output, out_path):

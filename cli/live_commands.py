@@ -36,6 +36,7 @@ from workloadmap.ingest.inspecting import (CAUSES, AccessError, AmbiguousNameErr
 
 from . import rendering
 from .catalogs import build_catalog, catalog_options
+from .options import FilePath
 from .outputs import (EXIT_AMBIGUOUS, EXIT_FAILED, EXIT_NO_DEFINITION, EXIT_NOT_FOUND, emit, error, fail,
                       output_option, terminal_safe)
 
@@ -293,7 +294,7 @@ def _show_one(name, kubeconfig, context, namespace, all_namespaces, definition_f
 
 @click.command()
 @click.argument("type_and_name", nargs=-1, metavar="[TYPE/]NAME | TYPE NAME", shell_complete=complete_type_and_names)
-@click.option("-f", "--filename", "file", metavar="FILE",
+@click.option("-f", "--filename", "file", metavar="FILE", type=FilePath(dir_okay=False, allow_dash=True),
               help="Describe the workload of a manifest offline ('-' reads stdin): no cluster, no pods.")
 @click.option("--pod-limit", "pod_limit", type=click.IntRange(min=0), default=0,
               help="Show at most N pods per component instance, unhealthy first (0: all). Table only.")

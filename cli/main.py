@@ -28,6 +28,7 @@ from workloadmap.warehouse.querying import WarehouseUnavailable
 
 from . import analytics_commands, cost_commands, live_commands, pipeline_commands, rendering
 from .catalogs import build_catalog, catalog_options
+from .options import FilePath
 from .outputs import EXIT_INTERRUPTED, EXIT_INVALID, emit, error, output_option, terminal_safe
 
 # What a command cannot have, said in one line: the warehouse file (missing, held by a writer,
@@ -70,7 +71,7 @@ def _read_inputs(files, examples: bool):
 
 
 @cli.command()
-@click.option("-f", "--filename", "files", multiple=True, metavar="FILE",
+@click.option("-f", "--filename", "files", multiple=True, metavar="FILE", type=FilePath(dir_okay=False, allow_dash=True),
               help="YAML or JSON file of objects (multi-document, lists); '-' reads stdin. Repeatable.")
 @click.option("--examples", is_flag=True, help="Resolve the bundled example objects of every framework.")
 @catalog_options
@@ -162,7 +163,7 @@ def catalog_show(name, definition_files, gpu_resources, output):
 
 
 @catalog_group.command("validate")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=FilePath(dir_okay=False))
 @output_option("table", "json", "yaml", default="table")
 def catalog_validate(files, output):
     """Validate definition files: schema, jq and structure. Exit 1 on any problem."""

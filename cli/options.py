@@ -18,6 +18,28 @@ from workloadmap.warehouse.values import parse_instant
 from .outputs import fail
 
 
+def _no_nul(param_type, value, param, ctx) -> None:
+    if isinstance(value, str) and "\x00" in value:
+        param_type.fail(f"{value!r}: a file name cannot hold a NUL character", param, ctx)
+
+
+class FilePath(click.Path):
+    """A file name, as ``click.Path``; one with a NUL character is a usage error (the operating
+    system's calls would raise ValueError, which click leaves as a traceback)."""
+
+    def convert(self, value, param, ctx):
+        _no_nul(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class File(click.File):
+    """An open file, as ``click.File``; a name with a NUL character is a usage error (see FilePath)."""
+
+    def convert(self, value, param, ctx):
+        _no_nul(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Instant(click.ParamType):
     """A time option in the one grammar of ``warehouse.values.parse_instant`` (2026-11-03T10:00:00Z, now,
     yesterday, 7d, 12h ...), as a usage error when malformed."""
@@ -50,7 +72,7 @@ def split_values(values) -> list[str] | None:
 
 def duckdb_option(f):
     return click.option("--duckdb", "duckdb_path", default=DEFAULT_DUCKDB, show_default=True,
-                        envvar="WORKLOADMAP_DUCKDB", type=click.Path(dir_okay=False),
+                        envvar="WORKLOADMAP_DUCKDB", type=FilePath(dir_okay=False),
                         help="Warehouse file to read (a stopped warehouse or a --snapshot copy), read-only.")(f)
 
 

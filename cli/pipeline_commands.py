@@ -14,7 +14,7 @@ import click
 from workloadmap import settings as settings_module
 from workloadmap.settings import DEFAULT_DUCKDB
 
-from .options import from_options, settings_options
+from .options import FilePath, from_options, settings_options
 from .outputs import console, fail
 
 
@@ -74,11 +74,11 @@ def run_exporter(listen, pod_series, **options):
 
 
 @run_group.command("warehouse")
-@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
+@click.option("--snapshot", "snapshot_path", type=FilePath(dir_okay=False),
               help="Also keep a read-only copy of the warehouse here (refreshed every --snapshot-every seconds) "
                    "for queries while the writer runs.")
 @click.option("--snapshot-every", type=float, default=60.0, show_default=True)
-@click.option("--pricing", "pricing", default=None, type=click.Path(dir_okay=False),
+@click.option("--pricing", "pricing", default=None, type=FilePath(dir_okay=False),
               help="Pricing file (as `cost --pricing`; or WORKLOADMAP_PRICING): the writer keeps the finished days' "
                    "cost rows by workload priced with it, so daily reports by workload with it read them.")
 @click.option("--memory-limit", "duckdb_memory_limit", default=None, metavar="SIZE",
@@ -122,7 +122,7 @@ def run_warehouse(snapshot_path, snapshot_every, metrics, serve, **options):
                    "are published on restart). Default: ./workloadmap-watchers.")
 @click.option("--embedded", is_flag=True,
               help="No broker: process the events in-process into the --duckdb warehouse.")
-@click.option("--definitions", "-d", "definition_files", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--definitions", "-d", "definition_files", multiple=True, type=FilePath(dir_okay=False),
               help="Add definitions from a YAML file (repeatable); the cluster's own WorkloadMaps override them.")
 @metrics_option
 @click.option("--serve", "serve", default=None, metavar="[HOST]:PORT",
@@ -187,9 +187,9 @@ def progress(label: str, total: int | None = None):
 @simulation_options
 @click.option("--bad-fraction", type=float, default=0.0, show_default=True,
               help="Share of deliberately bad messages (malformed JSON, unknown kinds, ...), for tests.")
-@click.option("--from-file", "from_file", type=click.Path(dir_okay=False, exists=True),
+@click.option("--from-file", "from_file", type=FilePath(dir_okay=False, exists=True),
               help="Replay raw events from a JSON-lines file instead of simulating.")
-@click.option("--to-file", "to_file", type=click.Path(dir_okay=False),
+@click.option("--to-file", "to_file", type=FilePath(dir_okay=False),
               help="Write the raw events to a JSON-lines file instead of publishing them to Kafka.")
 @settings_options
 def replay(clusters, workloads, days, seed, bad_fraction, from_file, to_file, **options):
@@ -247,7 +247,7 @@ def _refuse_a_real_history(path, clusters: int) -> None:
 @click.command("demo")
 @simulation_options
 @click.option("--duckdb", "duckdb_path", default=DEFAULT_DUCKDB, show_default=True, envvar="WORKLOADMAP_DUCKDB",
-              type=click.Path(dir_okay=False),
+              type=FilePath(dir_okay=False),
               help="DuckDB file to write, the one the analytics commands read by default (rerunning adds nothing "
                    "new; a file holding clusters the demo does not simulate is refused).")
 @click.option("--batch", type=int, default=5000, show_default=True, help="Records per warehouse transaction.")

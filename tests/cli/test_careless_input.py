@@ -1,5 +1,6 @@
 """Careless input the command line must take calmly (issue 27 item 5).
 
+A file name with a NUL character is a usage error, not a traceback.
 Colliding definition names: a name is a definition's identity, so a later one
 of equal or higher origin replaces the earlier one of that name whatever its
 kind, and `catalog list` shows exactly what `resolve` uses.  What `catalog show`
@@ -95,3 +96,15 @@ def test_an_error_naming_a_hostile_object_is_escaped():
     obj = {"apiVersion": "example.com/v1", "kind": "Nope\x1b[31m", "metadata": {"name": "n\x1b[0m", "namespace": "x"}}
     result = CliRunner().invoke(cli, ["resolve", "-f", "-"], input=json.dumps(obj))
     assert result.exit_code == 1 and "\x1b" not in result.stderr and "Nope^[[31m" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["resolve", "-f", "a\x00b"], ["resolve", "-d", "\x00", "--examples"], ["describe", "-f", "\x00"],
+    ["query", "-f", "\x00"], ["cost", "--pricing", "x\x00"], ["export", "--parquet", "\x00"],
+    ["replay", "--from-file", "\x00"],
+], ids=lambda args: " ".join(a for a in args if "\x00" not in a))
+def test_a_file_name_with_a_nul_character_is_a_usage_error(args):
+    # the operating system's calls raise ValueError on it, which click leaves as a traceback
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert "a file name cannot hold a NUL character" in result.output
