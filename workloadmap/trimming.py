@@ -29,7 +29,7 @@ import time
 log = logging.getLogger(__name__)
 
 TRIM_EVERY = 10.0   # seconds between two looks at the free heap
-TRIM_GROWN = 32 << 20   # free heap grown since its low, worth a trim (bytes)
+TRIM_GROWN = 16 << 20   # free heap grown since its low, worth a trim (bytes)
 
 
 class _MallInfo2(ctypes.Structure):
