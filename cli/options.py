@@ -18,26 +18,22 @@ from workloadmap.warehouse.values import parse_instant
 from .outputs import fail
 
 
-def _no_nul(param_type, value, param, ctx) -> None:
-    if isinstance(value, str) and "\x00" in value:
-        param_type.fail(f"{value!r}: a file name cannot hold a NUL character", param, ctx)
-
-
-class FilePath(click.Path):
-    """A file name, as ``click.Path``; one with a NUL character is a usage error (the operating
-    system's calls would raise ValueError, which click leaves as a traceback)."""
+class _NoNul:
+    """A file name type on which a name with a NUL character is a usage error: the operating
+    system's calls would raise ValueError, which click leaves as a traceback."""
 
     def convert(self, value, param, ctx):
-        _no_nul(self, value, param, ctx)
+        if isinstance(value, str) and "\x00" in value:
+            self.fail(f"{value!r}: a file name cannot hold a NUL character", param, ctx)
         return super().convert(value, param, ctx)
 
 
-class File(click.File):
-    """An open file, as ``click.File``; a name with a NUL character is a usage error (see FilePath)."""
+class FilePath(_NoNul, click.Path):
+    """A file name, as ``click.Path`` (see _NoNul)."""
 
-    def convert(self, value, param, ctx):
-        _no_nul(self, value, param, ctx)
-        return super().convert(value, param, ctx)
+
+class File(_NoNul, click.File):
+    """An open file, as ``click.File`` (see _NoNul)."""
 
 
 class Instant(click.ParamType):
